@@ -1,0 +1,178 @@
+"""Aggregation: a sandbox's snapshot, treated as untrusted input, folded into the database.
+
+The snapshot is copied to a private temporary file and opened read-only and
+immutable, with `trusted_schema` off; it must pass SQLite's integrity check,
+a size limit, and hold the contract's tables and columns with values of the
+right types. Only those columns are read. A rejected snapshot loads nothing.
+Loading replaces the sandbox's earlier rows in one transaction, so repeating
+it is harmless.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, delete, insert
+
+from controller.db.schema import result_runs, result_steps
+from controller.errors import SnapshotRejected
+from sandbox_image.contract import SNAPSHOT_TABLES
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+MAX_STEP_ROWS = 2_000_000
+
+_RUN_TYPES = {
+    "run_id": str, "template_id": str, "status": str, "started_at": (str, type(None)),
+    "finished_at": (str, type(None)), "cost_usd": (int, float, type(None)),
+    "tokens_used": (int, type(None)), "llm_calls": (int, type(None)),
+    "entities_created": (int, type(None)), "timepoints_created": (int, type(None)),
+    "mechanisms_used": (str, type(None)),
+}
+_STEP_TYPES = {
+    "run_id": str, "step": int, "duration_ms": (int, type(None)), "actions": (int, type(None)),
+    "failures": (int, type(None)), "cost_usd": (int, float, type(None)),
+    "tokens": (int, type(None)),
+}
+
+
+@dataclass(frozen=True)
+class SnapshotRows:
+    runs: list[dict[str, Any]]
+    steps: list[tuple[Any, ...]]
+
+
+def read_snapshot(data: bytes, max_bytes: int) -> SnapshotRows:
+    """Validate an untrusted snapshot and return its contract rows, or raise SnapshotRejected."""
+    if len(data) > max_bytes:
+        raise SnapshotRejected(
+            f"snapshot is {len(data)} bytes, over the {max_bytes}-byte limit",
+            hint="keep snapshots small or raise SIMPLE_SNAPSHOT_MAX_BYTES",
+        )
+    if not data.startswith(SQLITE_HEADER):
+        raise SnapshotRejected("snapshot is not an SQLite 3 file",
+                               hint="PUT the SQLite database file itself")
+    fd, path = tempfile.mkstemp(prefix="simple-snapshot-", suffix=".sqlite")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return _read_private_copy(path)
+    finally:
+        os.unlink(path)
+
+
+def _read_private_copy(path: str) -> SnapshotRows:
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, timeout=1)
+    except sqlite3.Error as e:
+        raise SnapshotRejected(f"snapshot cannot be opened: {e}") from e
+    try:
+        conn.execute("PRAGMA trusted_schema=OFF")
+        conn.execute("PRAGMA query_only=ON")
+        conn.execute("PRAGMA cell_size_check=ON")
+        check = conn.execute("PRAGMA quick_check").fetchall()
+        if check != [("ok",)]:
+            raise SnapshotRejected(f"snapshot failed the integrity check: {check[0][0]}")
+        _check_schema(conn)
+        runs = [_typed(dict(zip(SNAPSHOT_TABLES["runs"], r, strict=True)), _RUN_TYPES, "runs")
+                for r in _select(conn, "runs")]
+        steps = [tuple(_typed(dict(zip(SNAPSHOT_TABLES["steps"], r, strict=True)),
+                              _STEP_TYPES, "steps").values())
+                 for r in _select(conn, "steps", limit=MAX_STEP_ROWS + 1)]
+    except sqlite3.DatabaseError as e:
+        raise SnapshotRejected(f"snapshot is not a readable SQLite database: {e}") from e
+    finally:
+        conn.close()
+    if not runs:
+        raise SnapshotRejected("snapshot's `runs` table is empty",
+                               hint="write one row per run into `runs`")
+    if len(steps) > MAX_STEP_ROWS:
+        raise SnapshotRejected(f"snapshot has more than {MAX_STEP_ROWS} step rows")
+    for run in runs:
+        run["mechanisms_used"] = _mechanisms(run["mechanisms_used"])
+    return SnapshotRows(runs=runs, steps=steps)
+
+
+def _check_schema(conn: sqlite3.Connection) -> None:
+    for table, columns in SNAPSHOT_TABLES.items():
+        kind = conn.execute(
+            "SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+        if kind is None or kind[0] != "table":
+            raise SnapshotRejected(
+                f"snapshot has no `{table}` table",
+                hint="create the tables of the snapshot schema in ARCHITECTURE.md",
+            )
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        missing = [c for c in columns if c not in present]
+        if missing:
+            raise SnapshotRejected(
+                f"snapshot's `{table}` table lacks columns: {', '.join(missing)}",
+                hint="create the tables of the snapshot schema in ARCHITECTURE.md",
+            )
+
+
+def _select(conn: sqlite3.Connection, table: str, limit: int | None = None) -> list[Any]:
+    columns = ", ".join(f'"{c}"' for c in SNAPSHOT_TABLES[table])
+    sql = f'SELECT {columns} FROM main."{table}"'
+    return conn.execute(sql + (f" LIMIT {limit}" if limit else "")).fetchall()
+
+
+def _typed(row: dict[str, Any], types: dict[str, Any], table: str) -> dict[str, Any]:
+    for column, expected in types.items():
+        value = row[column]
+        if isinstance(value, bool) or not isinstance(value, expected):
+            raise SnapshotRejected(
+                f"snapshot's `{table}.{column}` holds {type(value).__name__} {value!r:.40}, "
+                f"not the schema's type",
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SnapshotRejected(f"snapshot's `{table}.{column}` holds a non-finite number")
+    return row
+
+
+def _mechanisms(raw: str | None) -> str:
+    if raw is None:
+        return "[]"
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise SnapshotRejected(f"snapshot's `runs.mechanisms_used` is not JSON: {e}") from e
+    if not isinstance(value, list) or not all(isinstance(m, str) and len(m) <= 20 for m in value):
+        raise SnapshotRejected("snapshot's `runs.mechanisms_used` is not a JSON array of names")
+    return json.dumps(sorted(set(value)))
+
+
+def load_snapshot(conn: Connection, run_id: str, sandbox_id: str, rows: SnapshotRows) -> None:
+    """Replace the sandbox's result rows with these (inside the caller's transaction)."""
+    conn.execute(delete(result_steps).where(result_steps.c.sandbox_id == sandbox_id))
+    conn.execute(delete(result_runs).where(result_runs.c.sandbox_id == sandbox_id))
+    conn.execute(insert(result_runs), [
+        {**{k: v for k, v in r.items() if k != "run_id"}, "snapshot_run_id": r["run_id"],
+         "sandbox_id": sandbox_id, "run_id": run_id}
+        for r in rows.runs
+    ])
+    if rows.steps:
+        if conn.dialect.name == "postgresql":
+            _copy_steps(conn, run_id, sandbox_id, rows.steps)
+        else:
+            conn.execute(insert(result_steps), [
+                {"sandbox_id": sandbox_id, "run_id": run_id, "snapshot_run_id": s[0],
+                 "step": s[1], "duration_ms": s[2], "actions": s[3], "failures": s[4],
+                 "cost_usd": s[5], "tokens": s[6]}
+                for s in rows.steps
+            ])
+
+
+def _copy_steps(conn: Connection, run_id: str, sandbox_id: str, steps: list[tuple[Any, ...]]) -> None:
+    """PostgreSQL: COPY the step rows, far faster than INSERT for big snapshots."""
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    columns = "sandbox_id, run_id, snapshot_run_id, step, duration_ms, actions, failures, " \
+              "cost_usd, tokens"
+    with cursor.copy(f"COPY result_steps ({columns}) FROM STDIN") as copy:
+        for s in steps:
+            copy.write_row((sandbox_id, run_id, *s))

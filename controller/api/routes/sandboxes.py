@@ -1,0 +1,113 @@
+"""Sandboxes: read one, its logs; and the sandbox contract's events and snapshot upload."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import PlainTextResponse, StreamingResponse
+from sqlalchemy import select
+
+from controller.api.deps import Authorized, ControllerDep
+from controller.api.models import ErrorResponse, EventBatch, EventsAccepted
+from controller.db.schema import sandboxes
+from controller.errors import (
+    ForbiddenError,
+    NotFoundError,
+    PayloadTooLargeError,
+    SimpleError,
+    UnauthorizedError,
+)
+from controller.ingest import IncomingEvent, ingest_events, load_sandbox
+from controller.runs import get_sandbox
+from controller.states import SandboxStatus
+from controller.store.base import snapshot_key
+from controller.tokens import signature_matches
+
+router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"],
+                   responses={404: {"model": ErrorResponse}})
+
+
+@router.get("/{sandbox_id}", dependencies=[Authorized])
+def sandbox_get(sandbox_id: str, controller: ControllerDep) -> dict[str, Any]:
+    """One sandbox with its attempts."""
+    return get_sandbox(controller.engine, sandbox_id)
+
+
+@router.get("/{sandbox_id}/logs", dependencies=[Authorized], response_class=PlainTextResponse)
+def sandbox_logs(sandbox_id: str, controller: ControllerDep,
+                 follow: bool = False) -> Any:
+    """The sandbox's output: live while it runs, archived afterwards."""
+    row = load_sandbox(controller.engine, sandbox_id)
+    if row.status == SandboxStatus.RUNNING:
+        if follow:
+            return StreamingResponse(_follow(controller, sandbox_id), media_type="text/plain")
+        try:
+            return PlainTextResponse(controller.backend.read_logs(sandbox_id))
+        except NotFoundError:
+            pass
+    if row.log_key:
+        data = controller.store.get(row.log_key)
+        if data is not None:
+            return PlainTextResponse(data)
+    raise NotFoundError(f"no logs for sandbox {sandbox_id} (status {row.status})",
+                        hint="logs exist once the sandbox has started")
+
+
+def _follow(controller: Any, sandbox_id: str) -> Iterator[bytes]:
+    def running() -> bool:
+        with controller.engine.connect() as conn:
+            status = conn.execute(select(sandboxes.c.status)
+                                  .where(sandboxes.c.id == sandbox_id)).scalar()
+        return bool(status == SandboxStatus.RUNNING)
+
+    try:
+        yield from controller.backend.follow_logs(sandbox_id, running)
+    except SimpleError as e:
+        yield f"\n[simple: log stream ended: {e.message}]\n".encode()
+
+
+@router.post("/{sandbox_id}/events", response_model=EventsAccepted,
+             responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse},
+                        409: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
+def post_events(
+    sandbox_id: str,
+    batch: EventBatch,
+    controller: ControllerDep,
+    authorization: Annotated[str | None, Header()] = None,
+) -> dict[str, Any]:
+    """The sandbox contract: store each (sandbox, event id) once; replays get the same answer."""
+    incoming = [IncomingEvent(e.id, e.seq, e.type, e.time, e.data) for e in batch.events]
+    return ingest_events(controller.engine, sandbox_id, authorization, incoming)
+
+
+@router.put("/{sandbox_id}/snapshot", status_code=201,
+            responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse},
+                       413: {"model": ErrorResponse}})
+async def put_snapshot(
+    sandbox_id: str,
+    request: Request,
+    controller: ControllerDep,
+    attempt: Annotated[int, Query(ge=1)],
+    signature: Annotated[str, Query(min_length=64, max_length=64)],
+) -> dict[str, Any]:
+    """Where sandboxes upload snapshots when the store has no presigned URLs (local store)."""
+    row = load_sandbox(controller.engine, sandbox_id)
+    if not signature_matches(signature, row.token_hash, sandbox_id, attempt):
+        raise UnauthorizedError(f"invalid upload signature for sandbox {sandbox_id}",
+                                hint="PUT to SIMPLE_SNAPSHOT_URL exactly as given")
+    if row.attempt != attempt or row.status != SandboxStatus.RUNNING:
+        raise ForbiddenError(f"attempt {attempt} of sandbox {sandbox_id} is over",
+                             hint="only the running attempt may upload")
+    limit = controller.settings.snapshot_max_bytes
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > limit:
+            raise PayloadTooLargeError(f"snapshot is over the {limit}-byte limit",
+                                       hint="keep snapshots small or raise "
+                                            "SIMPLE_SNAPSHOT_MAX_BYTES")
+    key = snapshot_key(row.run_id, sandbox_id, attempt)
+    controller.store.put(key, bytes(body))
+    return {"key": key, "bytes": len(body)}

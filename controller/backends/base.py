@@ -1,0 +1,144 @@
+"""The one interface every backend implements (process, docker, kubernetes).
+
+A backend starts sandboxes from a `SandboxSpec`, reports what it sees (found by
+label, never from memory), stops, serves logs, and removes what it created.
+It knows nothing of the database, the reconciler or the other backends.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from sandbox_image.contract import (
+    LABEL_ATTEMPT,
+    LABEL_MANAGED_BY,
+    LABEL_MANAGED_BY_VALUE,
+    LABEL_RUN_ID,
+    LABEL_SANDBOX_ID,
+    LABEL_TEMPLATE_ID,
+    SandboxEnv,
+)
+
+Notify = Callable[[], None]
+"""Called by a backend when something changed (a sandbox exited) to wake the reconciler."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Limits in Kubernetes quantity notation: cpu "500m" or "1", memory "512Mi"."""
+
+    cpu: str | None = None
+    memory: str | None = None
+    pids: int = 256
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything needed to start one attempt of one sandbox."""
+
+    env: SandboxEnv
+    image: str
+    command: tuple[str, ...]
+    timeout_s: int
+    resources: Resources = field(default_factory=Resources)
+
+    @property
+    def sandbox_id(self) -> str:
+        return self.env.sandbox_id
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return sandbox_labels(self.env.run_id, self.env.sandbox_id, self.env.template_id,
+                              self.env.attempt)
+
+
+def sandbox_labels(run_id: str, sandbox_id: str, template_id: str, attempt: int) -> dict[str, str]:
+    """ARCHITECTURE's labels, stamped on everything a backend creates."""
+    return {
+        LABEL_MANAGED_BY: LABEL_MANAGED_BY_VALUE,
+        LABEL_RUN_ID: run_id,
+        LABEL_SANDBOX_ID: sandbox_id,
+        LABEL_TEMPLATE_ID: template_id,
+        LABEL_ATTEMPT: str(attempt),
+    }
+
+
+class ObservedState(StrEnum):
+    PENDING = "pending"  # created, not yet running (pulling, scheduling)
+    RUNNING = "running"
+    EXITED = "exited"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a backend sees of one sandbox attempt right now."""
+
+    sandbox_id: str
+    run_id: str
+    attempt: int
+    state: ObservedState
+    exit_code: int | None = None
+    oom_killed: bool = False
+    deadline_exceeded: bool = False
+    reason: str | None = None  # e.g. "ImagePullBackOff: ... (hint: ...)" for a failed start
+
+
+class Backend(ABC):
+    """Starts and follows sandboxes. Every method is synchronous and has a timeout."""
+
+    name: ClassVar[str]
+    supports_adoption: ClassVar[bool] = True
+    supports_oom_detection: ClassVar[bool] = False
+
+    def __init__(self, notify: Notify | None = None) -> None:
+        self._notify: Notify = notify or (lambda: None)
+
+    @abstractmethod
+    def launch(self, spec: SandboxSpec) -> None:
+        """Start one attempt. Raises BackendError (transient or not) when it cannot."""
+
+    @abstractmethod
+    def observe(self) -> list[Observed]:
+        """Every sandbox this backend manages, found by label."""
+
+    @abstractmethod
+    def stop(self, sandbox_id: str) -> None:
+        """Kill the sandbox now. Idempotent: stopping a gone sandbox is no error."""
+
+    @abstractmethod
+    def read_logs(self, sandbox_id: str) -> bytes:
+        """The sandbox's output so far. Raises NotFoundError when it is gone."""
+
+    @abstractmethod
+    def remove(self, sandbox_id: str) -> None:
+        """Delete what was created for the sandbox (after its logs are archived)."""
+
+    @abstractmethod
+    def render(self, spec: SandboxSpec) -> dict[str, Any]:
+        """What `launch` would create, as data (for `--dry-run`). Pure: no I/O."""
+
+    def check(self) -> None:
+        """Raise UnavailableError naming the reason when the backend cannot be used."""
+
+    def follow_logs(
+        self, sandbox_id: str, is_running: Callable[[], bool], poll_s: float = 0.5
+    ) -> Iterator[bytes]:
+        """Yield output as it grows until the sandbox stops; backends may do better."""
+        sent = 0
+        while True:
+            running = is_running()
+            data = self.read_logs(sandbox_id)
+            if len(data) > sent:
+                yield data[sent:]
+                sent = len(data)
+            if not running:
+                return
+            time.sleep(poll_s)
+
+    def close(self) -> None:
+        """Release clients and threads."""

@@ -1,0 +1,176 @@
+"""The `process` backend: one OS process per sandbox (the embedded default).
+
+Each attempt gets its own directory `<data_dir>/sandboxes/<sandbox-id>/attempt-<n>/`
+with `meta.json` (the labels), `work/` (the sandbox's working directory),
+`output.log` (stdout and stderr), and `exit.json` once it ends. A small
+supervisor (`process_supervisor.py`) owns the sandbox's process group, enforces
+the memory limit, and records the exit, so a restarted controller finds every
+sandbox again from these files alone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from controller.backends.base import Backend, Notify, Observed, ObservedState, SandboxSpec
+from controller.errors import BackendError, NotFoundError
+from controller.quantities import memory_bytes
+from controller.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+SUPERVISOR = Path(__file__).with_name("process_supervisor.py")
+STOP_GRACE_S = 3.0
+# What a sandbox process inherits from the controller: enough to run, no secrets.
+INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+
+
+class ProcessBackend(Backend):
+    name = "process"
+    supports_oom_detection = True
+
+    def __init__(self, settings: Settings, notify: Notify | None = None) -> None:
+        super().__init__(notify)
+        self.root = (settings.data_dir / "sandboxes").resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._lock = threading.Lock()
+
+    def render(self, spec: SandboxSpec) -> dict[str, Any]:
+        return {
+            "kind": "process",
+            "sandbox_id": spec.sandbox_id,
+            "command": list(_resolve_command(spec.command)),
+            "working_dir": str(self._dir(spec.sandbox_id, spec.env.attempt) / "work"),
+            "env": spec.env.to_environ(),
+            "labels": spec.labels,
+            "limits": {"memory_bytes": memory_bytes(spec.resources.memory) if spec.resources.memory
+                       else None, "timeout_s": spec.timeout_s},
+        }
+
+    def launch(self, spec: SandboxSpec) -> None:
+        directory = self._dir(spec.sandbox_id, spec.env.attempt)
+        if directory.exists():
+            shutil.rmtree(directory)
+        (directory / "work").mkdir(parents=True)
+        _write_json(directory / "meta.json", {"labels": spec.labels, "attempt": spec.env.attempt})
+        env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+        env.update(spec.env.to_environ())
+        limit = memory_bytes(spec.resources.memory) if spec.resources.memory else 0
+        argv = [sys.executable, "-I", "-S", str(SUPERVISOR), str(directory), str(limit), "--",
+                *_resolve_command(spec.command)]
+        try:
+            child = subprocess.Popen(argv, env=env, start_new_session=True,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        except OSError as e:
+            raise BackendError(f"cannot start the supervisor for {spec.sandbox_id}: {e}") from e
+        _write_json(directory / "supervisor.json", {"pid": child.pid})
+        with self._lock:
+            self._children[spec.sandbox_id] = child
+        threading.Thread(target=self._wait, args=(spec.sandbox_id, child), daemon=True,
+                         name=f"wait-{spec.sandbox_id}").start()
+        logger.info("launched sandbox %s attempt %d (pid %d)", spec.sandbox_id,
+                    spec.env.attempt, child.pid)
+
+    def _wait(self, sandbox_id: str, child: subprocess.Popen[bytes]) -> None:
+        child.wait()
+        with self._lock:
+            if self._children.get(sandbox_id) is child:
+                del self._children[sandbox_id]
+        self._notify()
+
+    def observe(self) -> list[Observed]:
+        seen = []
+        for meta_path in self.root.glob("*/attempt-*/meta.json"):
+            observed = self._observe_dir(meta_path.parent)
+            if observed is not None:
+                seen.append(observed)
+        return seen
+
+    def _observe_dir(self, directory: Path) -> Observed | None:
+        meta = _read_json(directory / "meta.json")
+        if meta is None:
+            return None
+        labels = meta["labels"]
+        base = {"sandbox_id": labels["simple.dev/sandbox-id"], "run_id": labels["simple.dev/run-id"],
+                "attempt": int(meta["attempt"])}
+        exit_info = _read_json(directory / "exit.json")
+        if exit_info is not None:
+            return Observed(**base, state=ObservedState.EXITED, exit_code=exit_info["exit_code"],
+                            oom_killed=bool(exit_info.get("oom_killed")))
+        supervisor = _read_json(directory / "supervisor.json")
+        if supervisor and _alive(supervisor["pid"], str(directory)):
+            return Observed(**base, state=ObservedState.RUNNING)
+        return None  # the supervisor died without recording an exit: the sandbox is lost
+
+    def stop(self, sandbox_id: str) -> None:
+        for child_file in self.root.glob(f"{sandbox_id}/attempt-*/child.json"):
+            if (child_file.parent / "exit.json").exists():
+                continue
+            info = _read_json(child_file)
+            if info is None:
+                continue
+            _signal_group(info["pgid"], signal.SIGTERM)
+            timer = threading.Timer(STOP_GRACE_S, _signal_group, (info["pgid"], signal.SIGKILL))
+            timer.daemon = True
+            timer.start()
+            logger.info("stopping sandbox %s (process group %d)", sandbox_id, info["pgid"])
+
+    def read_logs(self, sandbox_id: str) -> bytes:
+        logs = sorted(self.root.glob(f"{sandbox_id}/attempt-*/output.log"),
+                      key=lambda p: int(p.parent.name.split("-")[1]))
+        if not logs:
+            raise NotFoundError(f"no live logs for sandbox {sandbox_id}")
+        return logs[-1].read_bytes()
+
+    def remove(self, sandbox_id: str) -> None:
+        shutil.rmtree(self.root / sandbox_id, ignore_errors=True)
+
+    def _dir(self, sandbox_id: str, attempt: int) -> Path:
+        return self.root / sandbox_id / f"attempt-{attempt}"
+
+
+def _resolve_command(command: tuple[str, ...]) -> tuple[str, ...]:
+    """`python` in a template means the controller's own interpreter (it has the runtime)."""
+    if command and command[0] in ("python", "python3"):
+        return (sys.executable, *command[1:])
+    return command
+
+
+def _alive(pid: int, marker: str) -> bool:
+    """True if `pid` runs and is our supervisor (guards against pid reuse)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return marker.encode() in handle.read()
+    except OSError:
+        return False
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None

@@ -1,0 +1,266 @@
+"""The template catalog: YAML files validated into frozen `Template` values.
+
+The built-in directory comes first; directories from `--catalog` or
+`SIMPLE_CATALOG_DIRS` are merged over it (a template with the same id
+replaces the built-in one). A bad file is refused naming the file, the
+template and the field at fault.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from controller.errors import CatalogError, UnknownNameError
+
+TEMPLATE_ID = re.compile(r"^[a-z0-9_]+$")
+MECHANISM = re.compile(r"^M([1-9]|1[0-7])$")
+CPU_QUANTITY = re.compile(r"^([0-9]+m|[0-9]+(\.[0-9]+)?)$")
+MEMORY_QUANTITY = re.compile(r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+
+
+class EstimateModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cost_usd: tuple[float, float] = Field(description="[min, max] cost in USD")
+    runtime_s: tuple[float, float] = Field(description="[min, max] runtime in seconds")
+
+    @field_validator("cost_usd", "runtime_s")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if low < 0 or high < low:
+            raise ValueError(f"must be [min, max] with 0 <= min <= max, got {list(value)}")
+        return value
+
+
+class ResourcesModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cpu: str = Field("1", description='CPU in Kubernetes notation: "500m", "1", "1.5"')
+    memory: str = Field("512Mi", description='Memory in Kubernetes notation: "256Mi", "1Gi"')
+
+    @field_validator("cpu", mode="before")
+    @classmethod
+    def _cpu(cls, value: object) -> str:
+        text = str(value)
+        if not CPU_QUANTITY.match(text):
+            raise ValueError(f'{text!r} is not a CPU quantity such as "500m" or "1"')
+        return text
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: object) -> str:
+        text = str(value)
+        if not MEMORY_QUANTITY.match(text):
+            raise ValueError(f'{text!r} is not a memory quantity such as "512Mi" or "1Gi"')
+        return text
+
+
+class TemplateModel(BaseModel):
+    """One catalog entry as written in YAML."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(description="[a-z0-9_]+, unique")
+    category: str = Field(description="The template's category; also a suite")
+    description: str = ""
+    mechanisms: list[str] = Field(default_factory=list, description="M1..M17")
+    tags: list[str] = Field(default_factory=list)
+    estimate: EstimateModel
+    timeout_s: int = Field(3600, gt=0, le=7 * 24 * 3600)
+    resources: ResourcesModel = Field(default_factory=ResourcesModel)  # type: ignore[arg-type]
+    image: str | None = None
+    command: list[str] | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not TEMPLATE_ID.match(value) or len(value) > 100:
+            raise ValueError(f"{value!r} must match [a-z0-9_]+ (at most 100 characters)")
+        return value
+
+    @field_validator("mechanisms")
+    @classmethod
+    def _mechanisms(cls, value: list[str]) -> list[str]:
+        bad = [m for m in value if not MECHANISM.match(m)]
+        if bad:
+            raise ValueError(f"unknown mechanisms {bad}; use M1 to M17")
+        return value
+
+    @model_validator(mode="after")
+    def _command(self) -> TemplateModel:
+        if self.command is not None and not self.command:
+            raise ValueError("command must not be empty")
+        return self
+
+
+class CatalogFileModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    templates: list[dict[str, Any]] = Field(default_factory=list)
+    suites: dict[str, list[str]] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Template:
+    """A validated catalog entry."""
+
+    id: str
+    category: str
+    description: str
+    mechanisms: tuple[str, ...]
+    tags: tuple[str, ...]
+    cost_usd: tuple[float, float]
+    runtime_s: tuple[float, float]
+    timeout_s: int
+    cpu: str
+    memory: str
+    image: str | None
+    command: tuple[str, ...] | None
+    config: dict[str, Any] = field(hash=False, compare=False)
+    source: str = ""
+
+    def public(self) -> dict[str, Any]:
+        """The template as the API shows it."""
+        return {
+            "id": self.id,
+            "category": self.category,
+            "description": self.description,
+            "mechanisms": list(self.mechanisms),
+            "tags": list(self.tags),
+            "estimate": {"cost_usd": list(self.cost_usd), "runtime_s": list(self.runtime_s)},
+            "timeout_s": self.timeout_s,
+            "resources": {"cpu": self.cpu, "memory": self.memory},
+            "image": self.image,
+            "command": list(self.command) if self.command else None,
+            "config": self.config,
+        }
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Templates by id (catalog order) and suites by name (categories included)."""
+
+    templates: dict[str, Template]
+    suites: dict[str, tuple[str, ...]]
+
+    def template(self, template_id: str) -> Template:
+        try:
+            return self.templates[template_id]
+        except KeyError:
+            raise UnknownNameError(
+                f"unknown template {template_id!r}",
+                hint="list them with `simplectl templates`",
+                field="templates",
+            ) from None
+
+    def suite(self, name: str) -> tuple[str, ...]:
+        try:
+            return self.suites[name]
+        except KeyError:
+            raise UnknownNameError(
+                f"unknown suite {name!r}",
+                hint=f"known suites: {', '.join(sorted(self.suites))}",
+                field="suites",
+            ) from None
+
+    def categories(self) -> set[str]:
+        return {t.category for t in self.templates.values()}
+
+
+def load_catalog(dirs: Iterable[Path]) -> Catalog:
+    """Load and merge catalog directories, later ones over earlier ones."""
+    templates: dict[str, Template] = {}
+    suites: dict[str, list[str]] = {}
+    for directory in dirs:
+        if not directory.is_dir():
+            raise CatalogError(
+                f"catalog directory {directory} does not exist",
+                hint="pass an existing directory to --catalog or SIMPLE_CATALOG_DIRS",
+            )
+        for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+            file_templates, file_suites = _load_file(path)
+            for template in file_templates:
+                templates[template.id] = template
+            suites.update(file_suites)
+    return _finish(templates, suites)
+
+
+def _load_file(path: Path) -> tuple[list[Template], dict[str, list[str]]]:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise CatalogError(f"{path}: cannot read YAML: {e}") from e
+    try:
+        parsed = CatalogFileModel.model_validate(raw)
+    except ValidationError as e:
+        raise CatalogError(f"{path}: {_describe(e)}", hint="a catalog file has `templates:` and `suites:`") from e
+    seen: set[str] = set()
+    result = []
+    for index, entry in enumerate(parsed.templates):
+        name = str(entry.get("id", f"#{index + 1}"))
+        try:
+            model = TemplateModel.model_validate(entry)
+        except ValidationError as e:
+            raise CatalogError(
+                f"{path}: template {name!r}: {_describe(e)}",
+                hint="see the catalog format in the README",
+                field=_first_field(e),
+            ) from e
+        if model.id in seen:
+            raise CatalogError(f"{path}: template {model.id!r}: field 'id': duplicate id in this file")
+        seen.add(model.id)
+        result.append(_to_template(model, str(path)))
+    return result, parsed.suites
+
+
+def _to_template(model: TemplateModel, source: str) -> Template:
+    return Template(
+        id=model.id,
+        category=model.category,
+        description=model.description,
+        mechanisms=tuple(model.mechanisms),
+        tags=tuple(model.tags),
+        cost_usd=model.estimate.cost_usd,
+        runtime_s=model.estimate.runtime_s,
+        timeout_s=model.timeout_s,
+        cpu=model.resources.cpu,
+        memory=model.resources.memory,
+        image=model.image,
+        command=tuple(model.command) if model.command else None,
+        config=model.config,
+        source=source,
+    )
+
+
+def _finish(templates: dict[str, Template], suites: dict[str, list[str]]) -> Catalog:
+    merged: dict[str, tuple[str, ...]] = {}
+    for template in templates.values():
+        merged.setdefault(template.category, ())
+        merged[template.category] += (template.id,)
+    for name, members in suites.items():
+        missing = [m for m in members if m not in templates]
+        if missing:
+            raise CatalogError(
+                f"suite {name!r} names unknown templates: {', '.join(missing)}",
+                hint="define them under `templates:` or remove them from the suite",
+            )
+        merged[name] = tuple(dict.fromkeys(members))
+    return Catalog(templates=templates, suites=merged)
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors()[:3]:
+        where = ".".join(str(p) for p in item["loc"]) or "(file)"
+        parts.append(f"field {where!r}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def _first_field(error: ValidationError) -> str | None:
+    errors = error.errors()
+    return ".".join(str(p) for p in errors[0]["loc"]) if errors else None

@@ -1,0 +1,1 @@
+"""`simplectl`: the command line, a thin client of the HTTP API."""

@@ -1,0 +1,82 @@
+"""HTTP client of the controller API, with retries of what is known to be transient."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+RETRIED_STATUS = frozenset({429, 502, 503, 504})
+TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+
+
+class ApiError(Exception):
+    """The server answered with an error, or could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None, code: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.status, self.code, self.hint = message, status, code, hint
+
+    def __str__(self) -> str:
+        return f"{self.message} (hint: {self.hint})" if self.hint else self.message
+
+
+class ApiClient:
+    """Calls the API on `http` (an httpx.Client or Starlette's TestClient)."""
+
+    def __init__(self, http: httpx.Client, attempts: int = 5, base_delay_s: float = 0.5) -> None:
+        self.http, self.attempts, self.base_delay_s = http, attempts, base_delay_s
+
+    @classmethod
+    def remote(cls, server: str, token: str | None) -> ApiClient:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return cls(httpx.Client(base_url=server.rstrip("/"), headers=headers, timeout=TIMEOUT))
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One call; connection errors and 429/5xx-unavailable are retried with backoff."""
+        last: Exception | None = None
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = self.http.request(method, path, **kwargs)
+            except httpx.TransportError as e:
+                last = e
+            else:
+                if response.status_code not in RETRIED_STATUS or attempt == self.attempts:
+                    return _checked(response)
+                last = ApiError(f"{method} {path}: HTTP {response.status_code}",
+                                response.status_code)
+            if attempt < self.attempts:
+                time.sleep(random.uniform(0, self.base_delay_s * 2 ** (attempt - 1)))
+        raise ApiError(f"cannot reach the SIMPLE server at {self.http.base_url}: {last}",
+                       hint="check --server / SIMPLE_SERVER and that the server is up") from last
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.request("GET", path, **kwargs).json()
+
+    def post(self, path: str, **kwargs: Any) -> Any:
+        return self.request("POST", path, **kwargs).json()
+
+    def text(self, path: str, **kwargs: Any) -> str:
+        return self.request("GET", path, **kwargs).text
+
+    def stream_lines(self, path: str, params: dict[str, Any]) -> Iterator[bytes]:
+        with self.http.stream("GET", path, params=params, timeout=None) as response:
+            if response.status_code >= 400:
+                response.read()
+                _checked(response)
+            yield from response.iter_bytes()
+
+
+def _checked(response: httpx.Response) -> httpx.Response:
+    if response.status_code < 400:
+        return response
+    try:
+        error = response.json().get("error", {})
+    except ValueError:
+        error = {}
+    raise ApiError(error.get("message") or f"HTTP {response.status_code}: {response.text[:200]}",
+                   response.status_code, error.get("code"), error.get("hint"))

@@ -1,0 +1,1 @@
+"""The database: the controller's single source of truth (SQLAlchemy Core)."""

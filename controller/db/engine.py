@@ -1,0 +1,106 @@
+"""Database engine creation, migrations and readiness checks."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from controller.errors import ConfigError, UnavailableError
+
+logger = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+CONNECT_TIMEOUT_S = 5
+
+
+def create_db_engine(url: str) -> Engine:
+    """An engine for `url`, tuned for the controller's many short transactions."""
+    try:
+        parsed = make_url(url)
+    except Exception as e:
+        raise ConfigError(
+            f"SIMPLE_DATABASE_URL is not a database URL: {e}",
+            hint="use sqlite:///path/simple.db or postgresql+psycopg://user:pass@host/db",
+        ) from e
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    if parsed.get_backend_name() == "postgresql":
+        connect_args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
+        return create_engine(
+            url,
+            pool_size=10,
+            max_overflow=20,
+            pool_pre_ping=True,
+            pool_timeout=10,
+            connect_args=connect_args,
+        )
+    raise ConfigError(
+        f"unsupported database {parsed.get_backend_name()!r} in SIMPLE_DATABASE_URL",
+        hint="SIMPLE supports SQLite and PostgreSQL",
+    )
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _alembic_config(engine: Engine) -> Any:
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["engine"] = engine
+    return config
+
+
+def upgrade(engine: Engine) -> None:
+    """Apply every pending migration."""
+    from alembic import command
+
+    command.upgrade(_alembic_config(engine), "head")
+    logger.info("database migrated to head")
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory(str(MIGRATIONS_DIR))
+    head = script.get_current_head()
+    assert head is not None
+    return head
+
+
+def check_ready(engine: Engine) -> None:
+    """Raise UnavailableError naming the reason unless the DB is reachable and migrated."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+            if not inspect(conn).has_table("alembic_version"):
+                raise UnavailableError(
+                    "database is not migrated", hint="run `simplectl db upgrade`"
+                )
+            current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except SQLAlchemyError as e:
+        raise UnavailableError(
+            f"database unreachable: {type(e).__name__}: {str(e).splitlines()[0]}",
+            hint="check SIMPLE_DATABASE_URL and that the server is up",
+        ) from e
+    if current != head_revision():
+        raise UnavailableError(
+            f"database schema is at {current}, expected {head_revision()}",
+            hint="run `simplectl db upgrade`",
+        )

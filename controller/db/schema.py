@@ -1,0 +1,163 @@
+"""Tables of the controller's database, in SQLAlchemy Core.
+
+Alembic migrations (`controller/migrations`) create these; the app never calls
+`create_all`. Times are timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+
+metadata = MetaData()
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every database (SQLite returns naive ones)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given to the database; use UTC-aware ones")
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+# SQLite only autoincrements INTEGER PRIMARY KEY; PostgreSQL gets a bigint identity.
+AutoId = BigInteger().with_variant(Integer, "sqlite")
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", String(63), primary_key=True),
+    Column("status", String(20), nullable=False),
+    Column("backend", String(20), nullable=False),
+    Column("request", JSON, nullable=False),
+    Column("plan", JSON, nullable=False),
+    Column("budget_usd", Float),
+    Column("max_parallel", Integer, nullable=False),
+    Column("idempotency_key", String(200), unique=True),
+    Column("request_hash", String(64)),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("error", Text),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("started_at", UTCDateTime()),
+    Column("finished_at", UTCDateTime()),
+)
+
+sandboxes = Table(
+    "sandboxes",
+    metadata,
+    Column("id", String(63), primary_key=True),
+    Column("run_id", String(63), ForeignKey("runs.id"), nullable=False, index=True),
+    Column("template_id", String(100), nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("spec", JSON, nullable=False),  # image, command, config, timeout_s, resources, seed
+    Column("attempt", Integer, nullable=False, default=0),
+    Column("token_hash", String(64), index=True),
+    Column("stop_reason", String(20)),  # why the controller stopped it: timeout, cancelled, budget
+    Column("exit_code", Integer),
+    Column("error", Text),
+    Column("transient", Boolean),  # from the last `failed` event
+    Column("next_attempt_at", UTCDateTime()),
+    Column("launched_at", UTCDateTime()),
+    Column("started_at", UTCDateTime()),
+    Column("finished_at", UTCDateTime()),
+    Column("last_seq", Integer, nullable=False, default=0),
+    Column("step", Integer),
+    Column("steps_total", Integer),
+    Column("cost_usd", Float, nullable=False, default=0.0),  # live, this attempt's progress
+    Column("prior_cost_usd", Float, nullable=False, default=0.0),  # earlier attempts' cost
+    Column("expensive", Boolean, nullable=False, default=False),
+    Column("tokens", Integer, nullable=False, default=0),
+    Column("aggregated", Boolean, nullable=False, default=False),
+    Column("log_key", String(300)),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("sandbox_id", String(63), ForeignKey("sandboxes.id"), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("status", String(20), nullable=False),
+    Column("exit_code", Integer),
+    Column("error", Text),
+    Column("cost_usd", Float),
+    Column("started_at", UTCDateTime()),
+    Column("finished_at", UTCDateTime()),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", AutoId, primary_key=True, autoincrement=True),
+    Column("sandbox_id", String(63), nullable=False),
+    Column("run_id", String(63), nullable=False),
+    Column("event_id", String(100), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("type", String(20), nullable=False),
+    Column("time", UTCDateTime(), nullable=False),
+    Column("data", JSON, nullable=False),
+    Column("body_hash", String(64), nullable=False),
+    Column("received_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("sandbox_id", "event_id", name="uq_events_sandbox_event"),
+    Index("ix_events_run_id_id", "run_id", "id"),
+)
+
+result_runs = Table(
+    "result_runs",
+    metadata,
+    Column("sandbox_id", String(63), primary_key=True),
+    Column("snapshot_run_id", String(200), primary_key=True),
+    Column("run_id", String(63), nullable=False, index=True),
+    Column("template_id", String(100), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("started_at", Text),
+    Column("finished_at", Text),
+    Column("cost_usd", Float),
+    Column("tokens_used", BigInteger),
+    Column("llm_calls", BigInteger),
+    Column("entities_created", BigInteger),
+    Column("timepoints_created", BigInteger),
+    Column("mechanisms_used", Text),
+)
+
+result_steps = Table(
+    "result_steps",
+    metadata,
+    Column("sandbox_id", String(63), primary_key=True),
+    Column("snapshot_run_id", String(200), primary_key=True),
+    Column("step", Integer, primary_key=True),
+    Column("run_id", String(63), nullable=False, index=True),
+    Column("duration_ms", BigInteger),
+    Column("actions", BigInteger),
+    Column("failures", BigInteger),
+    Column("cost_usd", Float),
+    Column("tokens", BigInteger),
+)

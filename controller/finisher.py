@@ -1,0 +1,127 @@
+"""Ending one attempt: archive its logs, retry or aggregate its snapshot, record it, clean up."""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, select, update
+
+from controller.aggregator import load_snapshot, read_snapshot
+from controller.backends.base import Backend
+from controller.db.schema import attempts, runs, sandboxes
+from controller.errors import SimpleError, SnapshotRejected, StoreError
+from controller.settings import Settings
+from controller.states import SandboxStatus
+from controller.store.base import ObjectStore, log_key, snapshot_key
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: SandboxStatus
+    exit_code: int | None
+    error: str | None
+    transient: bool = False
+
+
+def backoff_s(attempt: int, base: float, cap: float, rng: random.Random) -> float:
+    """Capped exponential backoff with full jitter after attempt number `attempt`."""
+    return rng.uniform(0, min(cap, base * 2 ** (attempt - 1)))
+
+
+def finish_attempt(
+    engine: Engine, backend: Backend, store: ObjectStore, settings: Settings,
+    row: Any, outcome: Outcome, now: datetime, rng: random.Random,
+) -> None:
+    """Record how an attempt ended; schedule a retry when it may help."""
+    archived = _archive_logs(backend, store, row)
+    retry = _should_retry(engine, settings, row, outcome)
+    values: dict[str, Any] = {"exit_code": outcome.exit_code, "error": outcome.error,
+                              "finished_at": now, "log_key": archived or row.log_key}
+    rows = None
+    if retry:
+        delay = backoff_s(row.attempt, settings.retry_base_s, settings.retry_max_s, rng)
+        values.update(status=SandboxStatus.PENDING, next_attempt_at=now + timedelta(seconds=delay))
+        logger.info("sandbox %s attempt %d %s (%s); retry in %.1f s", row.id, row.attempt,
+                    outcome.status.value, outcome.error, delay)
+    else:
+        values["status"] = outcome.status
+        try:
+            rows, problem = _fetch_snapshot(store, settings, row)
+        except StoreError as e:
+            logger.warning("cannot fetch the snapshot of %s yet (will retry): %s", row.id, e)
+            return
+        if problem:
+            values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
+    with engine.begin() as conn:
+        done = conn.execute(
+            update(sandboxes).where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt,
+                                    sandboxes.c.status == SandboxStatus.RUNNING)
+            .values(**values, aggregated=rows is not None)
+        ).rowcount
+        if not done:
+            return
+        conn.execute(update(attempts).where(attempts.c.sandbox_id == row.id,
+                                            attempts.c.attempt == row.attempt)
+                     .values(status=outcome.status, exit_code=outcome.exit_code,
+                             error=outcome.error, finished_at=now, cost_usd=row.cost_usd))
+        if rows is not None:
+            load_snapshot(conn, row.run_id, row.id, rows)
+    if not retry:
+        logger.info("sandbox %s ended %s after %d attempt(s)%s", row.id, outcome.status.value,
+                    row.attempt, f": {values['error']}" if values["error"] else "")
+    _remove(backend, row.id)
+
+
+def _should_retry(engine: Engine, settings: Settings, row: Any, outcome: Outcome) -> bool:
+    if row.attempt >= settings.max_attempts:
+        return False
+    if not (outcome.transient or outcome.status == SandboxStatus.LOST):
+        return False
+    with engine.connect() as conn:
+        cancelled = conn.execute(select(runs.c.cancel_requested)
+                                 .where(runs.c.id == row.run_id)).scalar()
+    return not cancelled
+
+
+def _fetch_snapshot(store: ObjectStore, settings: Settings, row: Any) -> tuple[Any, str | None]:
+    key = snapshot_key(row.run_id, row.id, row.attempt)
+    try:
+        data = store.get(key, max_bytes=settings.snapshot_max_bytes)
+    except SimpleError as e:
+        if isinstance(e, StoreError) and e.transient:
+            raise
+        return None, f"snapshot rejected: {e.message}"
+    if data is None:
+        return None, "no snapshot was uploaded, so it adds nothing to the totals"
+    try:
+        return read_snapshot(data, settings.snapshot_max_bytes), None
+    except SnapshotRejected as e:
+        logger.warning("snapshot of %s rejected: %s", row.id, e.message)
+        return None, f"snapshot rejected: {e.message}"
+
+
+def _archive_logs(backend: Backend, store: ObjectStore, row: Any) -> str | None:
+    try:
+        data = backend.read_logs(row.id)
+    except SimpleError:
+        return None
+    key = log_key(row.run_id, row.id, row.attempt)
+    try:
+        store.put(key, data)
+    except SimpleError as e:
+        logger.warning("could not archive the logs of %s: %s", row.id, e)
+        return None
+    return key
+
+
+def _remove(backend: Backend, sandbox_id: str) -> None:
+    try:
+        backend.remove(sandbox_id)
+    except SimpleError as e:
+        logger.warning("could not remove sandbox %s (the next pass retries): %s", sandbox_id, e)

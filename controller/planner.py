@@ -1,0 +1,250 @@
+"""The planner: catalog + request -> plan. Pure: data in, data out, no I/O.
+
+Priorities follow the seed's cost optimiser:
+- `speed`: everything at once (up to 64), longest first so the makespan is short;
+- `cost`: cheapest first in small batches (2 at a time), so a budget stop
+  hits the expensive ones;
+- `balanced`: cheap templates (max estimate under $20) first and in parallel,
+  expensive ones one at a time.
+With a budget, templates are taken in launch order while the sum of their
+max estimates stays within it; the rest are excluded with the reason.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from controller.catalog import Catalog, Template
+from controller.errors import InputError, UnknownNameError
+
+MAX_WORKERS = 64
+COST_PRIORITY_PARALLEL = 2
+EXPENSIVE_USD = 20.0
+
+
+class Priority(StrEnum):
+    SPEED = "speed"
+    COST = "cost"
+    BALANCED = "balanced"
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What the user asked for."""
+
+    names: tuple[str, ...] = ()  # each a suite or a template id (a suite wins)
+    suites: tuple[str, ...] = ()
+    templates: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    query: str | None = None
+    budget_usd: float | None = None
+    priority: Priority = Priority.BALANCED
+    max_parallel: int | None = None
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    template_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The pure result of planning."""
+
+    selected: tuple[str, ...]
+    excluded: tuple[Exclusion, ...]
+    estimated_cost_usd: tuple[float, float]
+    estimated_runtime_s: tuple[float, float]
+    max_parallel: int
+    max_parallel_expensive: int | None
+    priority: Priority
+    budget_usd: float | None
+    expensive: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "selected": list(self.selected),
+            "excluded": [{"template_id": e.template_id, "reason": e.reason} for e in self.excluded],
+            "estimated_cost_usd": list(self.estimated_cost_usd),
+            "estimated_runtime_s": list(self.estimated_runtime_s),
+            "max_parallel": self.max_parallel,
+            "max_parallel_expensive": self.max_parallel_expensive,
+            "expensive": list(self.expensive),
+            "priority": self.priority.value,
+            "budget_usd": self.budget_usd,
+        }
+
+
+def plan(catalog: Catalog, request: PlanRequest) -> Plan:
+    """Select, order and size a run from the catalog."""
+    request = _apply_query(catalog, request)
+    wanted = _select(catalog, request)
+    ordered = _order([catalog.templates[t] for t in wanted], request.priority)
+    selected, excluded = _fit_budget(ordered, request.budget_usd)
+    max_parallel, max_expensive = _parallelism(selected, request)
+    return Plan(
+        selected=tuple(t.id for t in selected),
+        excluded=tuple(excluded),
+        estimated_cost_usd=(
+            round(sum(t.cost_usd[0] for t in selected), 2),
+            round(sum(t.cost_usd[1] for t in selected), 2),
+        ),
+        estimated_runtime_s=(
+            _makespan([t.runtime_s[0] for t in selected], max_parallel),
+            _makespan([t.runtime_s[1] for t in selected], max_parallel),
+        ),
+        max_parallel=max_parallel,
+        max_parallel_expensive=max_expensive,
+        priority=request.priority,
+        budget_usd=request.budget_usd,
+        expensive=tuple(t.id for t in selected if _is_expensive(t)),
+    )
+
+
+def _select(catalog: Catalog, request: PlanRequest) -> list[str]:
+    wanted: dict[str, None] = {}
+    for name in request.names:
+        if name in catalog.suites:
+            wanted.update(dict.fromkeys(catalog.suites[name]))
+        elif name in catalog.templates:
+            wanted[name] = None
+        else:
+            raise UnknownNameError(
+                f"unknown template or suite {name!r}",
+                hint="list them with `simplectl templates`",
+                field="names",
+            )
+    for name in request.suites:
+        wanted.update(dict.fromkeys(catalog.suite(name)))
+    for name in request.categories:
+        members = [t.id for t in catalog.templates.values() if t.category == name]
+        if not members:
+            raise InputError(
+                f"unknown category {name!r}",
+                hint=f"known categories: {', '.join(sorted(catalog.categories()))}",
+                field="categories",
+            )
+        wanted.update(dict.fromkeys(members))
+    for name in request.templates:
+        wanted[catalog.template(name).id] = None
+    if not wanted:
+        raise InputError(
+            "nothing to run: name at least one suite, template or category",
+            hint="e.g. `simplectl run quick`; list them with `simplectl templates`",
+            field="suites",
+        )
+    return list(wanted)
+
+
+def _order(templates: list[Template], priority: Priority) -> list[Template]:
+    if priority is Priority.SPEED:
+        return sorted(templates, key=lambda t: -t.runtime_s[1])
+    if priority is Priority.COST:
+        return sorted(templates, key=lambda t: t.cost_usd[0])
+    cheap = sorted((t for t in templates if not _is_expensive(t)), key=lambda t: t.cost_usd[0])
+    expensive = sorted((t for t in templates if _is_expensive(t)), key=lambda t: t.cost_usd[0])
+    return cheap + expensive
+
+
+def _fit_budget(
+    ordered: list[Template], budget: float | None
+) -> tuple[list[Template], list[Exclusion]]:
+    if budget is None:
+        return ordered, []
+    if budget <= 0:
+        raise InputError("budget_usd must be positive", field="budget_usd")
+    selected: list[Template] = []
+    excluded: list[Exclusion] = []
+    total = 0.0
+    for template in ordered:
+        high = template.cost_usd[1]
+        if total + high <= budget + 1e-9:
+            selected.append(template)
+            total += high
+        else:
+            excluded.append(
+                Exclusion(
+                    template.id,
+                    f"over budget: its max estimate ${high:.2f} would bring the total to "
+                    f"${total + high:.2f}, above the ${budget:.2f} budget",
+                )
+            )
+    return selected, excluded
+
+
+def _parallelism(selected: list[Template], request: PlanRequest) -> tuple[int, int | None]:
+    count = max(len(selected), 1)
+    if request.max_parallel is not None and request.max_parallel < 1:
+        raise InputError("max_parallel must be at least 1", field="max_parallel")
+    if request.priority is Priority.SPEED:
+        chosen, expensive = min(count, MAX_WORKERS), None
+    elif request.priority is Priority.COST:
+        chosen, expensive = min(count, COST_PRIORITY_PARALLEL), None
+    else:
+        cheap = sum(1 for t in selected if not _is_expensive(t))
+        chosen, expensive = min(max(cheap, 1), MAX_WORKERS), 1
+    if request.max_parallel is not None:  # an explicit choice wins over the priority's
+        chosen = min(count, request.max_parallel)
+    return chosen, expensive
+
+
+def _makespan(durations: list[float], slots: int) -> float:
+    """Greedy list scheduling in launch order: when the last template ends."""
+    if not durations:
+        return 0.0
+    ends = [0.0] * max(1, min(slots, len(durations)))
+    for duration in durations:
+        start = heapq.heappop(ends)
+        heapq.heappush(ends, start + duration)
+    return max(ends)
+
+
+def _is_expensive(template: Template) -> bool:
+    return template.cost_usd[1] >= EXPENSIVE_USD
+
+
+_BUDGET = re.compile(r"(?:under|below|budget|max|<)\s*\$?\s*([0-9]+(?:\.[0-9]+)?)|\$([0-9]+(?:\.[0-9]+)?)")
+_PRIORITY_WORDS = {
+    Priority.SPEED: ("fast", "speed", "quickly", "asap"),
+    Priority.COST: ("cheap", "save money", "cost", "frugal"),
+    Priority.BALANCED: ("balanced",),
+}
+
+
+def _apply_query(catalog: Catalog, request: PlanRequest) -> PlanRequest:
+    """Read a free-text request ("run portal templates under $50, fast") into fields."""
+    if not request.query:
+        return request
+    text = request.query.lower()
+    suites = list(request.suites)
+    for name in sorted(catalog.suites, key=len, reverse=True):
+        spoken = name.replace("-", "[ -]?")
+        if re.search(rf"\b{spoken}\b", text) and not any(name in s for s in suites):
+            suites.append(name)
+    if re.search(r"\b(everything|all templates|ultra)\b", text):
+        suites = ["ultra"]
+    templates = [t for t in catalog.templates if re.search(rf"\b{t}\b", text)]
+    budget = request.budget_usd
+    match = _BUDGET.search(text)
+    if match and budget is None:
+        budget = float(match.group(1) or match.group(2))
+    priority = request.priority
+    for candidate, words in _PRIORITY_WORDS.items():
+        if any(w in text for w in words):
+            priority = candidate
+            break
+    return PlanRequest(
+        names=request.names,
+        suites=tuple(dict.fromkeys(suites)),
+        templates=tuple(dict.fromkeys([*request.templates, *templates])),
+        categories=request.categories,
+        query=None,
+        budget_usd=budget,
+        priority=priority,
+        max_parallel=request.max_parallel,
+    )

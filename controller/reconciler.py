@@ -1,0 +1,286 @@
+"""The reconciler: level-triggered, it compares what the database wants with what
+the backend reports, by label, and acts on the difference.
+
+Each pass: follow running sandboxes (exit, timeout, cancel, lost), clean up
+what no run wants, then per active run stop on budget, launch pending
+sandboxes up to the run's parallelism, and finish the run when nothing is
+left. Nothing is kept in memory between passes, so a restarted controller
+picks up where the last one stopped and adopts what still runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, select, update
+
+from controller.backends.base import Backend, Observed, ObservedState
+from controller.db.schema import runs, sandboxes
+from controller.errors import SimpleError
+from controller.finisher import Outcome, finish_attempt
+from controller.launcher import Launcher
+from controller.settings import Settings
+from controller.states import ACTIVE_RUN, FAILED_SANDBOX, RunStatus, SandboxStatus, StopReason
+from controller.store.base import ObjectStore
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Reconciler:
+    """Drives every active run towards its end; one background thread."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        backend: Backend,
+        store: ObjectStore,
+        settings: Settings,
+        clock: Clock = utcnow,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.engine, self.backend, self.store, self.settings = engine, backend, store, settings
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.launcher = Launcher(engine, backend, store, settings)
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.passes = 0
+
+    def kick(self) -> None:
+        """Ask for a pass now (a run was created, a sandbox exited, a cancel came in)."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="reconciler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(self.settings.reconcile_interval_s)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                self.reconcile_once()
+            except Exception:  # the loop must survive a bad pass; the next one retries
+                logger.exception("reconcile pass failed; retrying")
+                time.sleep(min(self.settings.reconcile_interval_s, 1.0))
+
+    def reconcile_once(self) -> None:
+        """One level-triggered pass over every active run."""
+        self.passes += 1
+        observed = {(o.sandbox_id, o.attempt): o for o in self.backend.observe()}
+        with self.engine.connect() as conn:
+            active = conn.execute(select(runs).where(runs.c.status.in_(list(ACTIVE_RUN)))).all()
+            rows = conn.execute(
+                select(sandboxes).where(sandboxes.c.run_id.in_([r.id for r in active]))
+                .order_by(sandboxes.c.position)
+            ).all() if active else []
+        wanted = {(r.id, r.attempt) for r in rows if r.status == SandboxStatus.RUNNING}
+        for row in rows:
+            if row.status == SandboxStatus.RUNNING:
+                self._follow(row, observed.get((row.id, row.attempt)),
+                             cancel=any(r.cancel_requested for r in active if r.id == row.run_id))
+        self._collect_garbage(observed, wanted)
+        for run in active:
+            self._drive_run(run)
+
+    def _follow(self, row: Any, seen: Observed | None, cancel: bool) -> None:
+        now = self.clock()
+        if seen is None:
+            if row.launched_at and now - row.launched_at > timedelta(seconds=self.settings.lost_grace_s):
+                self._finish(row, Outcome(SandboxStatus.LOST, None,
+                                          "the sandbox vanished from the backend"))
+            return
+        if seen.state == ObservedState.EXITED:
+            self._finish(row, classify(row, seen))
+            return
+        if row.stop_reason is None:
+            if cancel:
+                self._stop(row, StopReason.CANCELLED)
+            elif row.launched_at and now - row.launched_at > timedelta(seconds=row.spec["timeout_s"]):
+                self._stop(row, StopReason.TIMEOUT)
+
+    def _stop(self, row: Any, reason: StopReason) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(sandboxes).where(sandboxes.c.id == row.id,
+                                                 sandboxes.c.attempt == row.attempt)
+                         .values(stop_reason=reason))
+        logger.info("stopping sandbox %s: %s", row.id, reason.value)
+        try:
+            self.backend.stop(row.id)
+        except SimpleError as e:
+            logger.warning("could not stop sandbox %s (will retry): %s", row.id, e)
+
+    def _finish(self, row: Any, outcome: Outcome) -> None:
+        finish_attempt(self.engine, self.backend, self.store, self.settings, row, outcome,
+                       self.clock(), self.rng)
+
+    def _collect_garbage(self, observed: dict[tuple[str, int], Observed],
+                         wanted: set[tuple[str, int]]) -> None:
+        """Stop and remove whatever the backend runs that no active run wants."""
+        for key, seen in observed.items():
+            if key in wanted:
+                continue
+            if seen.state != ObservedState.EXITED and self._still_pending_launch(seen):
+                continue
+            logger.info("removing sandbox %s attempt %d: no active run wants it",
+                        seen.sandbox_id, seen.attempt)
+            try:
+                if seen.state != ObservedState.EXITED:
+                    self.backend.stop(seen.sandbox_id)
+                self.backend.remove(seen.sandbox_id)
+            except SimpleError as e:
+                logger.warning("could not remove sandbox %s: %s", seen.sandbox_id, e)
+
+    def _still_pending_launch(self, seen: Observed) -> bool:
+        """A sandbox launched during this pass shows up before its row says running."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(sandboxes.c.status, sandboxes.c.attempt)
+                               .where(sandboxes.c.id == seen.sandbox_id)).first()
+        return row is not None and row.status == SandboxStatus.RUNNING and row.attempt == seen.attempt
+
+    def _drive_run(self, run: Any) -> None:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(sandboxes).where(sandboxes.c.run_id == run.id)
+                                .order_by(sandboxes.c.position)).all()
+        if run.status == RunStatus.PENDING:
+            self._set_run(run.id, status=RunStatus.RUNNING, started_at=self.clock())
+        if run.cancel_requested:
+            self._skip_pending(rows, "cancelled before it started")
+        elif self._over_budget(run, rows):
+            return
+        else:
+            self._launch_ready(run, rows)
+        self._maybe_finish_run(run)
+
+    def _over_budget(self, run: Any, rows: list[Any]) -> bool:
+        """Past the budget: stop what runs, skip what waits. The run ends budget_exceeded."""
+        if run.budget_usd is None:
+            return False
+        spent = sum(r.cost_usd + r.prior_cost_usd for r in rows)
+        if spent < run.budget_usd:
+            return False
+        for row in rows:
+            if row.status == SandboxStatus.RUNNING and row.stop_reason is None:
+                self._stop(row, StopReason.BUDGET)
+        self._skip_pending(rows, f"budget: ${spent:.2f} spent of ${run.budget_usd:.2f}")
+        self._set_run(run.id, error=f"budget exceeded: ${spent:.2f} of ${run.budget_usd:.2f}")
+        self._maybe_finish_run(run)
+        return True
+
+    def _launch_ready(self, run: Any, rows: list[Any]) -> None:
+        now = self.clock()
+        running = [r for r in rows if r.status == SandboxStatus.RUNNING]
+        slots = run.max_parallel - len(running)
+        expensive_limit = run.plan.get("max_parallel_expensive")
+        expensive_running = sum(1 for r in running if r.expensive)
+        spent = sum(r.cost_usd + r.prior_cost_usd for r in rows)
+        for row in rows:
+            if slots <= 0:
+                return
+            if row.status != SandboxStatus.PENDING:
+                continue
+            if row.next_attempt_at and row.next_attempt_at > now:
+                continue
+            if row.expensive and expensive_limit and expensive_running >= expensive_limit:
+                continue
+            if run.budget_usd is not None and self._would_pass_budget(run, row, spent):
+                continue
+            if self.launcher.launch(run, row, now, self.rng):
+                slots -= 1
+                expensive_running += int(row.expensive)
+
+    def _would_pass_budget(self, run: Any, row: Any, spent: float) -> bool:
+        low = float(row.spec.get("estimate_min_usd", 0.0))
+        if spent + low <= run.budget_usd:
+            return False
+        self._skip(row.id, f"budget: ${spent:.2f} spent, its minimum estimate ${low:.2f} "
+                           f"would pass the ${run.budget_usd:.2f} budget")
+        self._set_run(run.id, error="budget exceeded")
+        return True
+
+    def _skip_pending(self, rows: list[Any], reason: str) -> None:
+        for row in rows:
+            if row.status == SandboxStatus.PENDING:
+                self._skip(row.id, reason)
+
+    def _skip(self, sandbox_id: str, reason: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(sandboxes).where(sandboxes.c.id == sandbox_id,
+                                                 sandboxes.c.status == SandboxStatus.PENDING)
+                         .values(status=SandboxStatus.SKIPPED, error=reason,
+                                 finished_at=self.clock()))
+        logger.info("skipped sandbox %s: %s", sandbox_id, reason)
+
+    def _maybe_finish_run(self, run: Any) -> None:
+        with self.engine.connect() as conn:
+            fresh = conn.execute(select(runs).where(runs.c.id == run.id)).one()
+            statuses = [r.status for r in conn.execute(
+                select(sandboxes.c.status, sandboxes.c.error).where(sandboxes.c.run_id == run.id))]
+        if fresh.status not in ACTIVE_RUN:
+            return
+        if any(s in (SandboxStatus.PENDING, SandboxStatus.RUNNING) for s in statuses):
+            return
+        status = run_outcome(fresh.cancel_requested, fresh.error, statuses)
+        self._set_run(run.id, status=status, finished_at=self.clock())
+        logger.info("run %s finished: %s", run.id, status.value)
+
+    def _set_run(self, run_id: str, **values: Any) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
+
+
+def classify(row: Any, seen: Observed) -> Outcome:
+    """How an exited sandbox ended, from the engine's state and why we stopped it."""
+    if seen.oom_killed:
+        return Outcome(SandboxStatus.OOM, seen.exit_code, "killed: out of memory "
+                       f"(limit {row.spec['resources'].get('memory')})")
+    if row.stop_reason == StopReason.TIMEOUT or seen.deadline_exceeded:
+        return Outcome(SandboxStatus.TIMEOUT, seen.exit_code,
+                       f"timed out after {row.spec['timeout_s']} s")
+    if row.stop_reason == StopReason.CANCELLED:
+        return Outcome(SandboxStatus.CANCELLED, seen.exit_code, "cancelled")
+    if row.stop_reason == StopReason.BUDGET:
+        return Outcome(SandboxStatus.CANCELLED, seen.exit_code, "stopped: run budget exceeded")
+    if seen.exit_code == 0:
+        return Outcome(SandboxStatus.SUCCEEDED, 0, None)
+    if seen.reason:
+        return Outcome(SandboxStatus.FAILED, seen.exit_code, seen.reason)
+    error = row.error or f"exited with code {seen.exit_code}"
+    return Outcome(SandboxStatus.FAILED, seen.exit_code, error, transient=bool(row.transient))
+
+
+def run_outcome(cancelled: bool, error: str | None, statuses: list[str]) -> RunStatus:
+    """A finished run's status from its sandboxes'."""
+    if cancelled:
+        return RunStatus.CANCELLED
+    if error and error.startswith("budget"):
+        return RunStatus.BUDGET_EXCEEDED
+    if statuses and all(s == SandboxStatus.SUCCEEDED for s in statuses):
+        return RunStatus.SUCCEEDED
+    if any(s in FAILED_SANDBOX or s == SandboxStatus.CANCELLED for s in statuses):
+        return RunStatus.FAILED
+    return RunStatus.FAILED
+
+
+

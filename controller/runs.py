@@ -1,0 +1,191 @@
+"""Runs: create (idempotently), read, list and cancel. The reconciler does the rest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import zlib
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from controller.catalog import Catalog, Template
+from controller.db.schema import runs, sandboxes
+from controller.errors import ConflictError, NotFoundError
+from controller.planner import Plan, PlanRequest, plan
+from controller.report import attempt_rows
+from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus
+from sandbox_image.contract import SANDBOX_ID_MAX_LENGTH
+
+DEFAULT_COMMAND = ("python", "-m", "sandbox_image")
+
+
+def new_run_id() -> str:
+    return "run-" + secrets.token_hex(4)
+
+
+def sandbox_id_for(run_id: str, template_id: str, position: int) -> str:
+    """`<run hex>-<template with dashes>`, at most 63 characters, unique in the run."""
+    slug = re.sub(r"[^a-z0-9-]", "-", template_id.lower()).strip("-")
+    candidate = f"{run_id.removeprefix('run-')}-{slug}"
+    if len(candidate) <= SANDBOX_ID_MAX_LENGTH:
+        return candidate
+    digest = hashlib.sha256(f"{template_id}:{position}".encode()).hexdigest()[:6]
+    return f"{candidate[: SANDBOX_ID_MAX_LENGTH - 7].rstrip('-')}-{digest}"
+
+
+def sandbox_spec(template: Template, seed: int, default_image: str) -> dict[str, Any]:
+    """What the sandbox row keeps of its template: enough to relaunch it after a restart."""
+    config = dict(template.config)
+    config.setdefault("mechanisms", list(template.mechanisms))
+    return {
+        "image": template.image or default_image,
+        "command": list(template.command or DEFAULT_COMMAND),
+        "config": config,
+        "timeout_s": template.timeout_s,
+        "estimate_min_usd": template.cost_usd[0],
+        "resources": {"cpu": template.cpu, "memory": template.memory},
+        "seed": (seed * 1_000_003 + zlib.crc32(template.id.encode())) % 2**31,
+    }
+
+
+def request_hash(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def create_run(
+    engine: Engine,
+    catalog: Catalog,
+    request: PlanRequest,
+    body: dict[str, Any],
+    *,
+    backend: str,
+    default_image: str,
+    seed: int = 0,
+    idempotency_key: str | None = None,
+) -> tuple[str, bool]:
+    """Plan and record a run; returns (run id, created). Same key + same body = same run."""
+    digest = request_hash(body)
+    if idempotency_key:
+        existing = _by_key(engine, idempotency_key, digest)
+        if existing:
+            return existing, False
+    the_plan = plan(catalog, request)
+    run_id = new_run_id()
+    now = datetime.now(UTC)
+    try:
+        with engine.begin() as conn:
+            conn.execute(insert(runs).values(
+                id=run_id, status=RunStatus.PENDING, backend=backend, request=body,
+                plan=the_plan.to_dict(), budget_usd=the_plan.budget_usd,
+                max_parallel=the_plan.max_parallel, idempotency_key=idempotency_key,
+                request_hash=digest, cancel_requested=False, created_at=now,
+            ))
+            conn.execute(insert(sandboxes), _sandbox_rows(run_id, the_plan, catalog,
+                                                          default_image, seed))
+    except IntegrityError:
+        if idempotency_key:  # a concurrent request with the same key won the race
+            existing = _by_key(engine, idempotency_key, digest)
+            if existing:
+                return existing, False
+        raise
+    return run_id, True
+
+
+def _by_key(engine: Engine, key: str, digest: str) -> str | None:
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(runs.c.id, runs.c.request_hash).where(runs.c.idempotency_key == key)
+        ).first()
+    if row is None:
+        return None
+    if row.request_hash != digest:
+        raise ConflictError(
+            f"Idempotency-Key {key!r} was already used for a different request (run {row.id})",
+            hint="use a new key for a new request",
+        )
+    return str(row.id)
+
+
+def _sandbox_rows(
+    run_id: str, the_plan: Plan, catalog: Catalog, default_image: str, seed: int
+) -> list[dict[str, Any]]:
+    expensive = set(the_plan.expensive)
+    return [
+        {"id": sandbox_id_for(run_id, template_id, position), "run_id": run_id,
+         "template_id": template_id, "position": position, "status": SandboxStatus.PENDING,
+         "spec": sandbox_spec(catalog.templates[template_id], seed, default_image),
+         "attempt": 0, "last_seq": 0, "cost_usd": 0.0, "prior_cost_usd": 0.0, "tokens": 0,
+         "aggregated": False, "expensive": template_id in expensive}
+        for position, template_id in enumerate(the_plan.selected)
+    ]
+
+
+def get_run(engine: Engine, run_id: str) -> dict[str, Any]:
+    """One run with its sandboxes and their progress."""
+    with engine.connect() as conn:
+        run = conn.execute(select(runs).where(runs.c.id == run_id)).first()
+        if run is None:
+            raise NotFoundError(f"unknown run {run_id}", hint="list runs with `simplectl status`")
+        rows = conn.execute(
+            select(sandboxes).where(sandboxes.c.run_id == run_id).order_by(sandboxes.c.position)
+        ).all()
+    return {**public_run(run._asdict()), "sandboxes": [public_sandbox(r._asdict()) for r in rows]}
+
+
+def list_runs(engine: Engine, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
+    query = select(runs).order_by(runs.c.created_at.desc()).limit(limit)
+    if status:
+        query = query.where(runs.c.status == status)
+    with engine.connect() as conn:
+        return [public_run(r._asdict()) for r in conn.execute(query)]
+
+
+def cancel_run(engine: Engine, run_id: str) -> dict[str, Any]:
+    """Ask the reconciler to stop every sandbox of the run."""
+    with engine.begin() as conn:
+        found = conn.execute(select(runs.c.status).where(runs.c.id == run_id)).first()
+        if found is None:
+            raise NotFoundError(f"unknown run {run_id}", hint="list runs with `simplectl status`")
+        if found.status in ACTIVE_RUN:
+            conn.execute(update(runs).where(runs.c.id == run_id).values(cancel_requested=True))
+    return get_run(engine, run_id)
+
+
+def get_sandbox(engine: Engine, sandbox_id: str) -> dict[str, Any]:
+    with engine.connect() as conn:
+        row = conn.execute(select(sandboxes).where(sandboxes.c.id == sandbox_id)).first()
+        if row is None:
+            raise NotFoundError(f"unknown sandbox {sandbox_id}", hint="see `simplectl status RUN`")
+        history = attempt_rows(conn, sandbox_id)
+    return {**public_sandbox(row._asdict()), "attempt_history": history}
+
+
+def public_run(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": row["id"], "status": row["status"], "backend": row["backend"],
+        "plan": row["plan"], "request": row["request"], "budget_usd": row["budget_usd"],
+        "max_parallel": row["max_parallel"], "cancel_requested": row["cancel_requested"],
+        "error": row["error"], "created_at": _iso(row["created_at"]),
+        "started_at": _iso(row["started_at"]), "finished_at": _iso(row["finished_at"]),
+    }
+
+
+def public_sandbox(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "sandbox_id": row["id"], "run_id": row["run_id"], "template_id": row["template_id"],
+        "status": row["status"], "attempts": row["attempt"], "exit_code": row["exit_code"],
+        "error": row["error"], "step": row["step"], "steps_total": row["steps_total"],
+        "cost_usd": round(row["cost_usd"] + row["prior_cost_usd"], 4),
+        "tokens": row["tokens"], "last_seq": row["last_seq"],
+        "launched_at": _iso(row["launched_at"]), "started_at": _iso(row["started_at"]),
+        "finished_at": _iso(row["finished_at"]), "aggregated": row["aggregated"],
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None

@@ -1,0 +1,105 @@
+"""Controller settings: one `BaseSettings` class, every field from a `SIMPLE_*` variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+BackendName = Literal["process", "docker", "kubernetes"]
+
+REPO_CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalog"
+
+
+class Settings(BaseSettings):
+    """Everything the controller can be told, with the embedded default for each."""
+
+    model_config = SettingsConfigDict(env_prefix="SIMPLE_", extra="ignore")
+
+    data_dir: Path = Field(
+        Path(".simple"),
+        description="Where the embedded default keeps its SQLite file, store and sandbox dirs.",
+    )
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL; default sqlite:///<data_dir>/simple.db. "
+        "PostgreSQL: postgresql+psycopg://user:pass@host/db.",
+    )
+    store_url: str | None = Field(
+        None,
+        description="Object store: file:///dir (default <data_dir>/store) or s3://bucket/prefix.",
+    )
+    s3_endpoint_url: str | None = Field(None, description="S3 endpoint (MinIO, rclone); None = AWS.")
+    s3_region: str = Field("us-east-1", description="S3 region name.")
+    s3_access_key_id: str | None = Field(None, description="S3 key id; else boto3's own chain.")
+    s3_secret_access_key: str | None = Field(None, description="S3 secret; else boto3's own chain.")
+    backend: BackendName = Field("process", description="How sandboxes are started.")
+    catalog_dirs: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="Extra catalog directories (colon-separated), merged over the built-in one.",
+    )
+    builtin_catalog_dir: Path = Field(
+        REPO_CATALOG_DIR, description="The built-in catalog directory."
+    )
+    api_tokens: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated bearer tokens for /v1; empty = no auth (loopback only).",
+    )
+    allow_unauthenticated: bool = Field(
+        False, description="Let `serve` listen beyond loopback without API tokens (unsafe)."
+    )
+    host: str = Field("127.0.0.1", description="Address `simplectl serve` listens on.")
+    port: int = Field(8080, description="Port `simplectl serve` listens on.")
+    controller_url: str | None = Field(
+        None,
+        description="Base URL sandboxes use to reach the controller; default http://<host>:<port>.",
+    )
+    default_image: str = Field("simple-sandbox:latest", description="Image of templates without one.")
+    max_attempts: int = Field(3, ge=1, le=20, description="Attempts per sandbox, retries included.")
+    retry_base_s: float = Field(1.0, ge=0, description="First retry delay; doubles each attempt.")
+    retry_max_s: float = Field(60.0, ge=0, description="Cap of the retry delay.")
+    reconcile_interval_s: float = Field(1.0, gt=0, description="Longest pause between passes.")
+    snapshot_max_bytes: int = Field(64 * 1024 * 1024, gt=0, description="Largest snapshot accepted.")
+    lost_grace_s: float = Field(
+        10.0, ge=0, description="How long a launched sandbox may be unseen before it is lost."
+    )
+    docker_network: str | None = Field(
+        None, description="Docker network for sandboxes ('host', a user network, or bridge)."
+    )
+    docker_runtime_user: str = Field("10001:10001", description="uid:gid sandboxes run as.")
+    kubernetes_namespace: str = Field("default", description="Namespace of sandbox Jobs.")
+    kubernetes_sandbox_service_account: str = Field(
+        "simple-sandbox", description="ServiceAccount of sandbox Pods."
+    )
+    kubernetes_job_ttl_s: int = Field(3600, description="ttlSecondsAfterFinished of Jobs.")
+
+    @field_validator("catalog_dirs", mode="before")
+    @classmethod
+    def _split_dirs(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [Path(p) for p in value.split(":") if p.strip()]
+        return value
+
+    @field_validator("api_tokens", mode="before")
+    @classmethod
+    def _split_tokens(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [t.strip() for t in value.split(",") if t.strip()]
+        return value
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir.resolve() / 'simple.db'}"
+
+    @property
+    def resolved_store_url(self) -> str:
+        return self.store_url or (self.data_dir.resolve() / "store").as_uri()
+
+    @property
+    def resolved_controller_url(self) -> str:
+        if self.controller_url:
+            return self.controller_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}"

@@ -1,0 +1,41 @@
+"""Sandbox and run states, and which of them are final."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SandboxStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    OOM = "oom"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+    SKIPPED = "skipped"
+
+
+class RunStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    BUDGET_EXCEEDED = "budget_exceeded"
+
+
+ACTIVE_SANDBOX = frozenset({SandboxStatus.PENDING, SandboxStatus.RUNNING})
+ACTIVE_RUN = frozenset({RunStatus.PENDING, RunStatus.RUNNING})
+FAILED_SANDBOX = frozenset(
+    {SandboxStatus.FAILED, SandboxStatus.TIMEOUT, SandboxStatus.OOM, SandboxStatus.LOST}
+)
+
+
+class StopReason(StrEnum):
+    """Why the controller stopped a running sandbox; decides how its exit is classified."""
+
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    BUDGET = "budget"

@@ -1,0 +1,37 @@
+"""The object-store interface: where snapshots and archived logs live."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+
+def snapshot_key(run_id: str, sandbox_id: str, attempt: int) -> str:
+    """The controller chooses every snapshot's key: per run, sandbox and attempt."""
+    return f"snapshots/{run_id}/{sandbox_id}/attempt-{attempt}.sqlite"
+
+
+def log_key(run_id: str, sandbox_id: str, attempt: int) -> str:
+    return f"logs/{run_id}/{sandbox_id}/attempt-{attempt}.log"
+
+
+class ObjectStore(ABC):
+    """Bytes by key. Every call has a timeout and raises StoreError on failure."""
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Write `data` at `key`, atomically (readers see all of it or nothing)."""
+
+    @abstractmethod
+    def get(self, key: str, max_bytes: int | None = None) -> bytes | None:
+        """The bytes at `key`, or None when absent. Raises StoreError past `max_bytes`."""
+
+    @abstractmethod
+    def size(self, key: str) -> int | None:
+        """Size in bytes, or None when absent."""
+
+    def presigned_put_url(self, key: str, expires_s: int) -> str | None:
+        """A URL a sandbox may PUT `key` to without credentials; None = upload via controller."""
+        return None
+
+    def check(self) -> None:
+        """Raise UnavailableError naming the reason when the store cannot be used."""

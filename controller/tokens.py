@@ -1,0 +1,34 @@
+"""Secrets of the sandbox contract: per-attempt tokens and self-authorising upload URLs.
+
+Only hashes are stored. Comparisons are constant-time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_matches(token: str, token_hash: str | None) -> bool:
+    return token_hash is not None and hmac.compare_digest(hash_token(token), token_hash)
+
+
+def upload_signature(token_hash: str, sandbox_id: str, attempt: int) -> str:
+    """Signs the controller's snapshot-upload URL with the attempt's (secret) token hash."""
+    message = f"{sandbox_id}:{attempt}:snapshot".encode()
+    return hmac.new(token_hash.encode(), message, hashlib.sha256).hexdigest()
+
+
+def signature_matches(signature: str, token_hash: str | None, sandbox_id: str, attempt: int) -> bool:
+    if token_hash is None:
+        return False
+    return hmac.compare_digest(signature, upload_signature(token_hash, sandbox_id, attempt))

@@ -1,0 +1,168 @@
+"""The wire contract between the controller and every sandbox, defined once.
+
+Environment variable names, event types, the event endpoint path, sandbox id
+rules and the snapshot schema. The controller imports these; any sandbox image
+(ours or a user's) follows them. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+ENV_SANDBOX_ID = "SIMPLE_SANDBOX_ID"
+ENV_RUN_ID = "SIMPLE_RUN_ID"
+ENV_TEMPLATE_ID = "SIMPLE_TEMPLATE_ID"
+ENV_ATTEMPT = "SIMPLE_ATTEMPT"
+ENV_TEMPLATE_CONFIG = "SIMPLE_TEMPLATE_CONFIG"
+ENV_SEED = "SIMPLE_SEED"
+ENV_CONTROLLER_URL = "SIMPLE_CONTROLLER_URL"
+ENV_SANDBOX_TOKEN = "SIMPLE_SANDBOX_TOKEN"
+ENV_SNAPSHOT_URL = "SIMPLE_SNAPSHOT_URL"
+
+ENV_NAMES: tuple[str, ...] = (
+    ENV_SANDBOX_ID,
+    ENV_RUN_ID,
+    ENV_TEMPLATE_ID,
+    ENV_ATTEMPT,
+    ENV_TEMPLATE_CONFIG,
+    ENV_SEED,
+    ENV_CONTROLLER_URL,
+    ENV_SANDBOX_TOKEN,
+    ENV_SNAPSHOT_URL,
+)
+
+SANDBOX_ID_MAX_LENGTH = 63
+SANDBOX_ID_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+EVENTS_PATH = "/v1/sandboxes/{sandbox_id}/events"
+
+
+class EventType(StrEnum):
+    """What a sandbox event says; `completed` and `failed` are terminal."""
+
+    STARTED = "started"
+    PROGRESS = "progress"
+    ERROR = "error"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+TERMINAL_EVENT_TYPES = frozenset({EventType.COMPLETED, EventType.FAILED})
+
+# Labels stamped on everything a backend creates, so it can be found again.
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_MANAGED_BY_VALUE = "simple"
+LABEL_RUN_ID = "simple.dev/run-id"
+LABEL_SANDBOX_ID = "simple.dev/sandbox-id"
+LABEL_TEMPLATE_ID = "simple.dev/template-id"
+LABEL_ATTEMPT = "simple.dev/attempt"
+
+SNAPSHOT_TABLES: dict[str, tuple[str, ...]] = {
+    "runs": (
+        "run_id",
+        "template_id",
+        "status",
+        "started_at",
+        "finished_at",
+        "cost_usd",
+        "tokens_used",
+        "llm_calls",
+        "entities_created",
+        "timepoints_created",
+        "mechanisms_used",
+    ),
+    "steps": ("run_id", "step", "duration_ms", "actions", "failures", "cost_usd", "tokens"),
+}
+
+SNAPSHOT_SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, template_id TEXT NOT NULL,
+  status TEXT NOT NULL, started_at TEXT, finished_at TEXT,
+  cost_usd REAL, tokens_used INTEGER, llm_calls INTEGER,
+  entities_created INTEGER, timepoints_created INTEGER,
+  mechanisms_used TEXT);
+CREATE TABLE IF NOT EXISTS steps (run_id TEXT NOT NULL, step INTEGER NOT NULL,
+  duration_ms INTEGER, actions INTEGER, failures INTEGER,
+  cost_usd REAL, tokens INTEGER, PRIMARY KEY (run_id, step));
+"""
+
+
+class ContractError(ValueError):
+    """The sandbox's environment does not follow the contract."""
+
+
+@dataclass(frozen=True)
+class SandboxEnv:
+    """The contract's environment variables, parsed and checked."""
+
+    sandbox_id: str
+    run_id: str
+    template_id: str
+    attempt: int
+    template_config: dict[str, Any]
+    seed: int
+    controller_url: str
+    sandbox_token: str
+    snapshot_url: str
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> SandboxEnv:
+        """Read the contract from `environ` (default: the process environment)."""
+        env = os.environ if environ is None else environ
+        missing = [name for name in ENV_NAMES if not env.get(name)]
+        if missing:
+            raise ContractError(
+                f"missing environment variables: {', '.join(missing)}; "
+                "a sandbox must be started by a SIMPLE backend"
+            )
+        sandbox_id = env[ENV_SANDBOX_ID]
+        if not SANDBOX_ID_PATTERN.match(sandbox_id):
+            raise ContractError(f"{ENV_SANDBOX_ID}={sandbox_id!r} is not a valid sandbox id")
+        try:
+            config = json.loads(env[ENV_TEMPLATE_CONFIG])
+        except json.JSONDecodeError as e:
+            raise ContractError(f"{ENV_TEMPLATE_CONFIG} is not JSON: {e}") from e
+        if not isinstance(config, dict):
+            raise ContractError(f"{ENV_TEMPLATE_CONFIG} must be a JSON object")
+        return cls(
+            sandbox_id=sandbox_id,
+            run_id=env[ENV_RUN_ID],
+            template_id=env[ENV_TEMPLATE_ID],
+            attempt=_as_int(env, ENV_ATTEMPT),
+            template_config=config,
+            seed=_as_int(env, ENV_SEED),
+            controller_url=env[ENV_CONTROLLER_URL].rstrip("/"),
+            sandbox_token=env[ENV_SANDBOX_TOKEN],
+            snapshot_url=env[ENV_SNAPSHOT_URL],
+        )
+
+    def to_environ(self) -> dict[str, str]:
+        """The variables a backend injects into the sandbox."""
+        return {
+            ENV_SANDBOX_ID: self.sandbox_id,
+            ENV_RUN_ID: self.run_id,
+            ENV_TEMPLATE_ID: self.template_id,
+            ENV_ATTEMPT: str(self.attempt),
+            ENV_TEMPLATE_CONFIG: json.dumps(self.template_config, sort_keys=True),
+            ENV_SEED: str(self.seed),
+            ENV_CONTROLLER_URL: self.controller_url,
+            ENV_SANDBOX_TOKEN: self.sandbox_token,
+            ENV_SNAPSHOT_URL: self.snapshot_url,
+        }
+
+    @property
+    def events_url(self) -> str:
+        """Where this sandbox POSTs its events."""
+        return self.controller_url + EVENTS_PATH.format(sandbox_id=self.sandbox_id)
+
+
+def _as_int(env: Mapping[str, str], name: str) -> int:
+    try:
+        return int(env[name])
+    except ValueError as e:
+        raise ContractError(f"{name}={env[name]!r} is not an integer") from e
