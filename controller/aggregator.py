@@ -28,15 +28,25 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 MAX_STEP_ROWS = 2_000_000
 
 _RUN_TYPES = {
-    "run_id": str, "template_id": str, "status": str, "started_at": (str, type(None)),
-    "finished_at": (str, type(None)), "cost_usd": (int, float, type(None)),
-    "tokens_used": (int, type(None)), "llm_calls": (int, type(None)),
-    "entities_created": (int, type(None)), "timepoints_created": (int, type(None)),
+    "run_id": str,
+    "template_id": str,
+    "status": str,
+    "started_at": (str, type(None)),
+    "finished_at": (str, type(None)),
+    "cost_usd": (int, float, type(None)),
+    "tokens_used": (int, type(None)),
+    "llm_calls": (int, type(None)),
+    "entities_created": (int, type(None)),
+    "timepoints_created": (int, type(None)),
     "mechanisms_used": (str, type(None)),
 }
 _STEP_TYPES = {
-    "run_id": str, "step": int, "duration_ms": (int, type(None)), "actions": (int, type(None)),
-    "failures": (int, type(None)), "cost_usd": (int, float, type(None)),
+    "run_id": str,
+    "step": int,
+    "duration_ms": (int, type(None)),
+    "actions": (int, type(None)),
+    "failures": (int, type(None)),
+    "cost_usd": (int, float, type(None)),
     "tokens": (int, type(None)),
 }
 
@@ -55,8 +65,9 @@ def read_snapshot(data: bytes, max_bytes: int) -> SnapshotRows:
             hint="keep snapshots small or raise SIMPLE_SNAPSHOT_MAX_BYTES",
         )
     if not data.startswith(SQLITE_HEADER):
-        raise SnapshotRejected("snapshot is not an SQLite 3 file",
-                               hint="PUT the SQLite database file itself")
+        raise SnapshotRejected(
+            "snapshot is not an SQLite 3 file", hint="PUT the SQLite database file itself"
+        )
     fd, path = tempfile.mkstemp(prefix="simple-snapshot-", suffix=".sqlite")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -79,18 +90,26 @@ def _read_private_copy(path: str) -> SnapshotRows:
         if check != [("ok",)]:
             raise SnapshotRejected(f"snapshot failed the integrity check: {check[0][0]}")
         _check_schema(conn)
-        runs = [_typed(dict(zip(SNAPSHOT_TABLES["runs"], r, strict=True)), _RUN_TYPES, "runs")
-                for r in _select(conn, "runs")]
-        steps = [tuple(_typed(dict(zip(SNAPSHOT_TABLES["steps"], r, strict=True)),
-                              _STEP_TYPES, "steps").values())
-                 for r in _select(conn, "steps", limit=MAX_STEP_ROWS + 1)]
+        runs = [
+            _typed(dict(zip(SNAPSHOT_TABLES["runs"], r, strict=True)), _RUN_TYPES, "runs")
+            for r in _select(conn, "runs")
+        ]
+        steps = [
+            tuple(
+                _typed(
+                    dict(zip(SNAPSHOT_TABLES["steps"], r, strict=True)), _STEP_TYPES, "steps"
+                ).values()
+            )
+            for r in _select(conn, "steps", limit=MAX_STEP_ROWS + 1)
+        ]
     except sqlite3.DatabaseError as e:
         raise SnapshotRejected(f"snapshot is not a readable SQLite database: {e}") from e
     finally:
         conn.close()
     if not runs:
-        raise SnapshotRejected("snapshot's `runs` table is empty",
-                               hint="write one row per run into `runs`")
+        raise SnapshotRejected(
+            "snapshot's `runs` table is empty", hint="write one row per run into `runs`"
+        )
     if len(steps) > MAX_STEP_ROWS:
         raise SnapshotRejected(f"snapshot has more than {MAX_STEP_ROWS} step rows")
     for run in runs:
@@ -100,8 +119,7 @@ def _read_private_copy(path: str) -> SnapshotRows:
 
 def _check_schema(conn: sqlite3.Connection) -> None:
     for table, columns in SNAPSHOT_TABLES.items():
-        kind = conn.execute(
-            "SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+        kind = conn.execute("SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
         if kind is None or kind[0] != "table":
             raise SnapshotRejected(
                 f"snapshot has no `{table}` table",
@@ -151,28 +169,50 @@ def load_snapshot(conn: Connection, run_id: str, sandbox_id: str, rows: Snapshot
     """Replace the sandbox's result rows with these (inside the caller's transaction)."""
     conn.execute(delete(result_steps).where(result_steps.c.sandbox_id == sandbox_id))
     conn.execute(delete(result_runs).where(result_runs.c.sandbox_id == sandbox_id))
-    conn.execute(insert(result_runs), [
-        {**{k: v for k, v in r.items() if k != "run_id"}, "snapshot_run_id": r["run_id"],
-         "sandbox_id": sandbox_id, "run_id": run_id}
-        for r in rows.runs
-    ])
+    conn.execute(
+        insert(result_runs),
+        [
+            {
+                **{k: v for k, v in r.items() if k != "run_id"},
+                "snapshot_run_id": r["run_id"],
+                "sandbox_id": sandbox_id,
+                "run_id": run_id,
+            }
+            for r in rows.runs
+        ],
+    )
     if rows.steps:
         if conn.dialect.name == "postgresql":
             _copy_steps(conn, run_id, sandbox_id, rows.steps)
         else:
-            conn.execute(insert(result_steps), [
-                {"sandbox_id": sandbox_id, "run_id": run_id, "snapshot_run_id": s[0],
-                 "step": s[1], "duration_ms": s[2], "actions": s[3], "failures": s[4],
-                 "cost_usd": s[5], "tokens": s[6]}
-                for s in rows.steps
-            ])
+            conn.execute(
+                insert(result_steps),
+                [
+                    {
+                        "sandbox_id": sandbox_id,
+                        "run_id": run_id,
+                        "snapshot_run_id": s[0],
+                        "step": s[1],
+                        "duration_ms": s[2],
+                        "actions": s[3],
+                        "failures": s[4],
+                        "cost_usd": s[5],
+                        "tokens": s[6],
+                    }
+                    for s in rows.steps
+                ],
+            )
 
 
-def _copy_steps(conn: Connection, run_id: str, sandbox_id: str, steps: list[tuple[Any, ...]]) -> None:
+def _copy_steps(
+    conn: Connection, run_id: str, sandbox_id: str, steps: list[tuple[Any, ...]]
+) -> None:
     """PostgreSQL: COPY the step rows, far faster than INSERT for big snapshots."""
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    columns = "sandbox_id, run_id, snapshot_run_id, step, duration_ms, actions, failures, " \
-              "cost_usd, tokens"
+    columns = (
+        "sandbox_id, run_id, snapshot_run_id, step, duration_ms, actions, failures, "
+        "cost_usd, tokens"
+    )
     with cursor.copy(f"COPY result_steps ({columns}) FROM STDIN") as copy:
         for s in steps:
             copy.write_row((sandbox_id, run_id, *s))

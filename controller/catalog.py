@@ -72,7 +72,7 @@ class TemplateModel(BaseModel):
     tags: list[str] = Field(default_factory=list)
     estimate: EstimateModel
     timeout_s: int = Field(3600, gt=0, le=7 * 24 * 3600)
-    resources: ResourcesModel = Field(default_factory=ResourcesModel)  # type: ignore[arg-type]
+    resources: ResourcesModel = Field(default_factory=ResourcesModel)
     image: str | None = None
     command: list[str] | None = None
     config: dict[str, Any] = Field(default_factory=dict)
@@ -198,7 +198,9 @@ def _load_file(path: Path) -> tuple[list[Template], dict[str, list[str]]]:
     try:
         parsed = CatalogFileModel.model_validate(raw)
     except ValidationError as e:
-        raise CatalogError(f"{path}: {_describe(e)}", hint="a catalog file has `templates:` and `suites:`") from e
+        raise CatalogError(
+            f"{path}: {_describe(e)}", hint="a catalog file has `templates:` and `suites:`"
+        ) from e
     seen: set[str] = set()
     result = []
     for index, entry in enumerate(parsed.templates):
@@ -212,7 +214,9 @@ def _load_file(path: Path) -> tuple[list[Template], dict[str, list[str]]]:
                 field=_first_field(e),
             ) from e
         if model.id in seen:
-            raise CatalogError(f"{path}: template {model.id!r}: field 'id': duplicate id in this file")
+            raise CatalogError(
+                f"{path}: template {model.id!r}: field 'id': duplicate id in this file"
+            )
         seen.add(model.id)
         result.append(_to_template(model, str(path)))
     return result, parsed.suites
@@ -257,7 +261,7 @@ def _describe(error: ValidationError) -> str:
     parts = []
     for item in error.errors()[:3]:
         where = ".".join(str(p) for p in item["loc"]) or "(file)"
-        parts.append(f"field {where!r}: {item['msg']}")
+        parts.append(f"field {where!r}: {item['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)
 
 

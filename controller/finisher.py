@@ -27,6 +27,7 @@ class Outcome:
     exit_code: int | None
     error: str | None
     transient: bool = False
+    exited_at: datetime | None = None
 
 
 def backoff_s(attempt: int, base: float, cap: float, rng: random.Random) -> float:
@@ -35,20 +36,36 @@ def backoff_s(attempt: int, base: float, cap: float, rng: random.Random) -> floa
 
 
 def finish_attempt(
-    engine: Engine, backend: Backend, store: ObjectStore, settings: Settings,
-    row: Any, outcome: Outcome, now: datetime, rng: random.Random,
+    engine: Engine,
+    backend: Backend,
+    store: ObjectStore,
+    settings: Settings,
+    row: Any,
+    outcome: Outcome,
+    now: datetime,
+    rng: random.Random,
 ) -> None:
     """Record how an attempt ended; schedule a retry when it may help."""
     archived = _archive_logs(backend, store, row)
     retry = _should_retry(engine, settings, row, outcome)
-    values: dict[str, Any] = {"exit_code": outcome.exit_code, "error": outcome.error,
-                              "finished_at": now, "log_key": archived or row.log_key}
+    values: dict[str, Any] = {
+        "exit_code": outcome.exit_code,
+        "error": outcome.error,
+        "finished_at": now,
+        "log_key": archived or row.log_key,
+    }
     rows = None
     if retry:
         delay = backoff_s(row.attempt, settings.retry_base_s, settings.retry_max_s, rng)
         values.update(status=SandboxStatus.PENDING, next_attempt_at=now + timedelta(seconds=delay))
-        logger.info("sandbox %s attempt %d %s (%s); retry in %.1f s", row.id, row.attempt,
-                    outcome.status.value, outcome.error, delay)
+        logger.info(
+            "sandbox %s attempt %d %s (%s); retry in %.1f s",
+            row.id,
+            row.attempt,
+            outcome.status.value,
+            outcome.error,
+            delay,
+        )
     else:
         values["status"] = outcome.status
         try:
@@ -60,21 +77,38 @@ def finish_attempt(
             values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
     with engine.begin() as conn:
         done = conn.execute(
-            update(sandboxes).where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt,
-                                    sandboxes.c.status == SandboxStatus.RUNNING)
+            update(sandboxes)
+            .where(
+                sandboxes.c.id == row.id,
+                sandboxes.c.attempt == row.attempt,
+                sandboxes.c.status == SandboxStatus.RUNNING,
+            )
             .values(**values, aggregated=rows is not None)
         ).rowcount
         if not done:
             return
-        conn.execute(update(attempts).where(attempts.c.sandbox_id == row.id,
-                                            attempts.c.attempt == row.attempt)
-                     .values(status=outcome.status, exit_code=outcome.exit_code,
-                             error=outcome.error, finished_at=now, cost_usd=row.cost_usd))
+        conn.execute(
+            update(attempts)
+            .where(attempts.c.sandbox_id == row.id, attempts.c.attempt == row.attempt)
+            .values(
+                status=outcome.status,
+                exit_code=outcome.exit_code,
+                error=outcome.error,
+                finished_at=now,
+                cost_usd=row.cost_usd,
+                exited_at=outcome.exited_at,
+            )
+        )
         if rows is not None:
             load_snapshot(conn, row.run_id, row.id, rows)
     if not retry:
-        logger.info("sandbox %s ended %s after %d attempt(s)%s", row.id, outcome.status.value,
-                    row.attempt, f": {values['error']}" if values["error"] else "")
+        logger.info(
+            "sandbox %s ended %s after %d attempt(s)%s",
+            row.id,
+            outcome.status.value,
+            row.attempt,
+            f": {values['error']}" if values["error"] else "",
+        )
     _remove(backend, row.id)
 
 
@@ -84,8 +118,9 @@ def _should_retry(engine: Engine, settings: Settings, row: Any, outcome: Outcome
     if not (outcome.transient or outcome.status == SandboxStatus.LOST):
         return False
     with engine.connect() as conn:
-        cancelled = conn.execute(select(runs.c.cancel_requested)
-                                 .where(runs.c.id == row.run_id)).scalar()
+        cancelled = conn.execute(
+            select(runs.c.cancel_requested).where(runs.c.id == row.run_id)
+        ).scalar()
     return not cancelled
 
 

@@ -38,9 +38,15 @@ class IncomingEvent:
 
     def body_hash(self) -> str:
         canonical = json.dumps(
-            {"id": self.id, "seq": self.seq, "type": self.type.value,
-             "time": self.time.isoformat(), "data": self.data},
-            sort_keys=True, separators=(",", ":"),
+            {
+                "id": self.id,
+                "seq": self.seq,
+                "type": self.type.value,
+                "time": self.time.isoformat(),
+                "data": self.data,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
         )
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -53,7 +59,8 @@ def authorize_sandbox(conn: Connection, sandbox_id: str, authorization: str | No
         if row.status != SandboxStatus.RUNNING:
             raise UnauthorizedError(
                 f"the token of sandbox {sandbox_id} stopped working: the sandbox has ended "
-                f"({row.status})", hint="a sandbox may only report while it runs",
+                f"({row.status})",
+                hint="a sandbox may only report while it runs",
             )
         return row
     other = conn.execute(
@@ -65,20 +72,28 @@ def authorize_sandbox(conn: Connection, sandbox_id: str, authorization: str | No
             hint="post to /v1/sandboxes/{SIMPLE_SANDBOX_ID}/events with your own id",
         )
     if row is None:
-        raise UnauthorizedError(f"unknown sandbox {sandbox_id} or invalid token",
-                                hint="use SIMPLE_SANDBOX_ID and SIMPLE_SANDBOX_TOKEN as given")
-    raise UnauthorizedError(f"invalid token for sandbox {sandbox_id}",
-                            hint="send `Authorization: Bearer $SIMPLE_SANDBOX_TOKEN`")
+        raise UnauthorizedError(
+            f"unknown sandbox {sandbox_id} or invalid token",
+            hint="use SIMPLE_SANDBOX_ID and SIMPLE_SANDBOX_TOKEN as given",
+        )
+    raise UnauthorizedError(
+        f"invalid token for sandbox {sandbox_id}",
+        hint="send `Authorization: Bearer $SIMPLE_SANDBOX_TOKEN`",
+    )
 
 
 def _bearer(authorization: str | None) -> str:
     if not authorization:
-        raise UnauthorizedError("missing Authorization header",
-                                hint="send `Authorization: Bearer $SIMPLE_SANDBOX_TOKEN`")
+        raise UnauthorizedError(
+            "missing Authorization header",
+            hint="send `Authorization: Bearer $SIMPLE_SANDBOX_TOKEN`",
+        )
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise UnauthorizedError("Authorization header is not `Bearer <token>`",
-                                hint="send `Authorization: Bearer $SIMPLE_SANDBOX_TOKEN`")
+        raise UnauthorizedError(
+            "Authorization header is not `Bearer <token>`",
+            hint="send `Authorization: Bearer $SIMPLE_SANDBOX_TOKEN`",
+        )
     return token.strip()
 
 
@@ -90,12 +105,17 @@ def ingest_events(
         row = authorize_sandbox(conn, sandbox_id, authorization)
         hashes = {e.id: e.body_hash() for e in batch}
         if len(hashes) != len(batch):
-            raise ConflictError("the batch repeats an event id with different bodies",
-                                hint="give every event its own id")
-        known = dict(conn.execute(
-            select(events.c.event_id, events.c.body_hash).where(
-                events.c.sandbox_id == sandbox_id, events.c.event_id.in_(list(hashes)))
-        ).all())
+            raise ConflictError(
+                "the batch repeats an event id with different bodies",
+                hint="give every event its own id",
+            )
+        known = dict(
+            conn.execute(
+                select(events.c.event_id, events.c.body_hash).where(
+                    events.c.sandbox_id == sandbox_id, events.c.event_id.in_(list(hashes))
+                )
+            ).all()
+        )
         changed = [i for i, h in known.items() if hashes[i] != h]
         if changed:
             raise ConflictError(
@@ -112,9 +132,18 @@ def ingest_events(
 def _insert(conn: Connection, row: Any, fresh: list[IncomingEvent], hashes: dict[str, str]) -> None:
     now = datetime.now(UTC)
     values = [
-        {"sandbox_id": row.id, "run_id": row.run_id, "event_id": e.id, "attempt": row.attempt,
-         "seq": e.seq, "type": e.type.value, "time": e.time, "data": e.data,
-         "body_hash": hashes[e.id], "received_at": now}
+        {
+            "sandbox_id": row.id,
+            "run_id": row.run_id,
+            "event_id": e.id,
+            "attempt": row.attempt,
+            "seq": e.seq,
+            "type": e.type.value,
+            "time": e.time,
+            "data": e.data,
+            "body_hash": hashes[e.id],
+            "received_at": now,
+        }
         for e in fresh
     ]
     dialect = conn.dialect.name

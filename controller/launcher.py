@@ -25,8 +25,9 @@ UPLOAD_URL_SLACK_S = 600
 
 
 class Launcher:
-    def __init__(self, engine: Engine, backend: Backend, store: ObjectStore,
-                 settings: Settings) -> None:
+    def __init__(
+        self, engine: Engine, backend: Backend, store: ObjectStore, settings: Settings
+    ) -> None:
         self.engine, self.backend, self.store, self.settings = engine, backend, store, settings
 
     def launch(self, run: Any, row: Any, now: datetime, rng: random.Random) -> bool:
@@ -37,60 +38,122 @@ class Launcher:
         with self.engine.begin() as conn:
             claimed = conn.execute(
                 update(sandboxes)
-                .where(sandboxes.c.id == row.id, sandboxes.c.status == SandboxStatus.PENDING,
-                       sandboxes.c.attempt == row.attempt)
-                .values(status=SandboxStatus.RUNNING, attempt=attempt, token_hash=token_hash,
-                        launched_at=now, started_at=None, finished_at=None, stop_reason=None,
-                        exit_code=None, error=None, transient=None, step=None, steps_total=None,
-                        prior_cost_usd=row.prior_cost_usd + row.cost_usd, cost_usd=0.0,
-                        tokens=0, aggregated=False, next_attempt_at=None)
+                .where(
+                    sandboxes.c.id == row.id,
+                    sandboxes.c.status == SandboxStatus.PENDING,
+                    sandboxes.c.attempt == row.attempt,
+                )
+                .values(
+                    status=SandboxStatus.RUNNING,
+                    attempt=attempt,
+                    token_hash=token_hash,
+                    launched_at=now,
+                    started_at=None,
+                    finished_at=None,
+                    stop_reason=None,
+                    exit_code=None,
+                    error=None,
+                    transient=None,
+                    step=None,
+                    steps_total=None,
+                    prior_cost_usd=row.prior_cost_usd + row.cost_usd,
+                    cost_usd=0.0,
+                    tokens=0,
+                    aggregated=False,
+                    next_attempt_at=None,
+                )
             ).rowcount
             if not claimed:
                 return False
-            conn.execute(insert(attempts).values(sandbox_id=row.id, attempt=attempt,
-                                                 status=SandboxStatus.RUNNING, started_at=now))
+            conn.execute(
+                insert(attempts).values(
+                    sandbox_id=row.id, attempt=attempt, status=SandboxStatus.RUNNING, started_at=now
+                )
+            )
         spec = self.build_spec(run.id, row, attempt, token, token_hash)
         try:
             self.backend.launch(spec)
         except BackendError as e:
             logger.warning("launch of sandbox %s attempt %d failed: %s", row.id, attempt, e)
-            launched = row._replace(status=SandboxStatus.RUNNING, attempt=attempt,
-                                    token_hash=token_hash, launched_at=now, cost_usd=0.0,
-                                    prior_cost_usd=row.prior_cost_usd + row.cost_usd)
-            finish_attempt(self.engine, self.backend, self.store, self.settings, launched,
-                           Outcome(SandboxStatus.FAILED, None, f"launch failed: {e}",
-                                   transient=e.transient), now, rng)
+            launched = row._replace(
+                status=SandboxStatus.RUNNING,
+                attempt=attempt,
+                token_hash=token_hash,
+                launched_at=now,
+                cost_usd=0.0,
+                prior_cost_usd=row.prior_cost_usd + row.cost_usd,
+            )
+            finish_attempt(
+                self.engine,
+                self.backend,
+                self.store,
+                self.settings,
+                launched,
+                Outcome(SandboxStatus.FAILED, None, f"launch failed: {e}", transient=e.transient),
+                now,
+                rng,
+            )
             return False
         return True
 
-    def build_spec(self, run_id: str, row: Any, attempt: int, token: str,
-                   token_hash: str) -> SandboxSpec:
+    def build_spec(
+        self, run_id: str, row: Any, attempt: int, token: str, token_hash: str
+    ) -> SandboxSpec:
         url = self.snapshot_url(run_id, row.id, attempt, token_hash, row.spec["timeout_s"])
-        return build_sandbox_spec(run_id, row.id, row.template_id, row.spec, attempt, token,
-                                  url, self.settings.resolved_controller_url)
+        return build_sandbox_spec(
+            run_id,
+            row.id,
+            row.template_id,
+            row.spec,
+            attempt,
+            token,
+            url,
+            self.settings.resolved_controller_url,
+        )
 
-    def snapshot_url(self, run_id: str, sandbox_id: str, attempt: int, token_hash: str,
-                     timeout_s: int) -> str:
+    def snapshot_url(
+        self, run_id: str, sandbox_id: str, attempt: int, token_hash: str, timeout_s: int
+    ) -> str:
         """A presigned store URL, or the controller's own upload endpoint, signed."""
         key = snapshot_key(run_id, sandbox_id, attempt)
         presigned = self.store.presigned_put_url(key, timeout_s + UPLOAD_URL_SLACK_S)
         if presigned:
             return presigned
         signature = upload_signature(token_hash, sandbox_id, attempt)
-        return (f"{self.settings.resolved_controller_url}/v1/sandboxes/{sandbox_id}/snapshot"
-                f"?attempt={attempt}&signature={signature}")
+        return (
+            f"{self.settings.resolved_controller_url}/v1/sandboxes/{sandbox_id}/snapshot"
+            f"?attempt={attempt}&signature={signature}"
+        )
 
 
-def build_sandbox_spec(run_id: str, sandbox_id: str, template_id: str, spec: dict[str, Any],
-                       attempt: int, token: str, snapshot_url: str,
-                       controller_url: str) -> SandboxSpec:
+def build_sandbox_spec(
+    run_id: str,
+    sandbox_id: str,
+    template_id: str,
+    spec: dict[str, Any],
+    attempt: int,
+    token: str,
+    snapshot_url: str,
+    controller_url: str,
+) -> SandboxSpec:
     """The backend-neutral description of one attempt. Pure."""
     env = SandboxEnv(
-        sandbox_id=sandbox_id, run_id=run_id, template_id=template_id, attempt=attempt,
-        template_config=spec["config"], seed=spec["seed"], controller_url=controller_url,
-        sandbox_token=token, snapshot_url=snapshot_url,
+        sandbox_id=sandbox_id,
+        run_id=run_id,
+        template_id=template_id,
+        attempt=attempt,
+        template_config=spec["config"],
+        seed=spec["seed"],
+        controller_url=controller_url,
+        sandbox_token=token,
+        snapshot_url=snapshot_url,
     )
-    return SandboxSpec(env=env, image=spec["image"], command=tuple(spec["command"]),
-                       timeout_s=spec["timeout_s"],
-                       resources=Resources(cpu=spec["resources"].get("cpu"),
-                                           memory=spec["resources"].get("memory")))
+    return SandboxSpec(
+        env=env,
+        image=spec["image"],
+        command=tuple(spec["command"]),
+        timeout_s=spec["timeout_s"],
+        resources=Resources(
+            cpu=spec["resources"].get("cpu"), memory=spec["resources"].get("memory")
+        ),
+    )

@@ -208,7 +208,9 @@ def _is_expensive(template: Template) -> bool:
     return template.cost_usd[1] >= EXPENSIVE_USD
 
 
-_BUDGET = re.compile(r"(?:under|below|budget|max|<)\s*\$?\s*([0-9]+(?:\.[0-9]+)?)|\$([0-9]+(?:\.[0-9]+)?)")
+_BUDGET = re.compile(
+    r"(?:under|below|budget|max|<)\s*\$?\s*([0-9]+(?:\.[0-9]+)?)|\$([0-9]+(?:\.[0-9]+)?)"
+)
 _PRIORITY_WORDS = {
     Priority.SPEED: ("fast", "speed", "quickly", "asap"),
     Priority.COST: ("cheap", "save money", "cost", "frugal"),

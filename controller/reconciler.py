@@ -14,7 +14,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -91,15 +92,23 @@ class Reconciler:
         observed = {(o.sandbox_id, o.attempt): o for o in self.backend.observe()}
         with self.engine.connect() as conn:
             active = conn.execute(select(runs).where(runs.c.status.in_(list(ACTIVE_RUN)))).all()
-            rows = conn.execute(
-                select(sandboxes).where(sandboxes.c.run_id.in_([r.id for r in active]))
-                .order_by(sandboxes.c.position)
-            ).all() if active else []
+            rows = (
+                conn.execute(
+                    select(sandboxes)
+                    .where(sandboxes.c.run_id.in_([r.id for r in active]))
+                    .order_by(sandboxes.c.position)
+                ).all()
+                if active
+                else []
+            )
         wanted = {(r.id, r.attempt) for r in rows if r.status == SandboxStatus.RUNNING}
         for row in rows:
             if row.status == SandboxStatus.RUNNING:
-                self._follow(row, observed.get((row.id, row.attempt)),
-                             cancel=any(r.cancel_requested for r in active if r.id == row.run_id))
+                self._follow(
+                    row,
+                    observed.get((row.id, row.attempt)),
+                    cancel=any(r.cancel_requested for r in active if r.id == row.run_id),
+                )
         self._collect_garbage(observed, wanted)
         for run in active:
             self._drive_run(run)
@@ -107,24 +116,34 @@ class Reconciler:
     def _follow(self, row: Any, seen: Observed | None, cancel: bool) -> None:
         now = self.clock()
         if seen is None:
-            if row.launched_at and now - row.launched_at > timedelta(seconds=self.settings.lost_grace_s):
-                self._finish(row, Outcome(SandboxStatus.LOST, None,
-                                          "the sandbox vanished from the backend"))
+            if row.launched_at and now - row.launched_at > timedelta(
+                seconds=self.settings.lost_grace_s
+            ):
+                self._finish(
+                    row, Outcome(SandboxStatus.LOST, None, "the sandbox vanished from the backend")
+                )
             return
         if seen.state == ObservedState.EXITED:
-            self._finish(row, classify(row, seen))
+            outcome = classify(row, seen)
+            if seen.exited_at is not None:
+                outcome = replace(outcome, exited_at=datetime.fromtimestamp(seen.exited_at, UTC))
+            self._finish(row, outcome)
             return
         if row.stop_reason is None:
             if cancel:
                 self._stop(row, StopReason.CANCELLED)
-            elif row.launched_at and now - row.launched_at > timedelta(seconds=row.spec["timeout_s"]):
+            elif row.launched_at and now - row.launched_at > timedelta(
+                seconds=row.spec["timeout_s"]
+            ):
                 self._stop(row, StopReason.TIMEOUT)
 
     def _stop(self, row: Any, reason: StopReason) -> None:
         with self.engine.begin() as conn:
-            conn.execute(update(sandboxes).where(sandboxes.c.id == row.id,
-                                                 sandboxes.c.attempt == row.attempt)
-                         .values(stop_reason=reason))
+            conn.execute(
+                update(sandboxes)
+                .where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt)
+                .values(stop_reason=reason)
+            )
         logger.info("stopping sandbox %s: %s", row.id, reason.value)
         try:
             self.backend.stop(row.id)
@@ -132,19 +151,31 @@ class Reconciler:
             logger.warning("could not stop sandbox %s (will retry): %s", row.id, e)
 
     def _finish(self, row: Any, outcome: Outcome) -> None:
-        finish_attempt(self.engine, self.backend, self.store, self.settings, row, outcome,
-                       self.clock(), self.rng)
+        finish_attempt(
+            self.engine,
+            self.backend,
+            self.store,
+            self.settings,
+            row,
+            outcome,
+            self.clock(),
+            self.rng,
+        )
 
-    def _collect_garbage(self, observed: dict[tuple[str, int], Observed],
-                         wanted: set[tuple[str, int]]) -> None:
+    def _collect_garbage(
+        self, observed: dict[tuple[str, int], Observed], wanted: set[tuple[str, int]]
+    ) -> None:
         """Stop and remove whatever the backend runs that no active run wants."""
         for key, seen in observed.items():
             if key in wanted:
                 continue
             if seen.state != ObservedState.EXITED and self._still_pending_launch(seen):
                 continue
-            logger.info("removing sandbox %s attempt %d: no active run wants it",
-                        seen.sandbox_id, seen.attempt)
+            logger.info(
+                "removing sandbox %s attempt %d: no active run wants it",
+                seen.sandbox_id,
+                seen.attempt,
+            )
             try:
                 if seen.state != ObservedState.EXITED:
                     self.backend.stop(seen.sandbox_id)
@@ -155,14 +186,20 @@ class Reconciler:
     def _still_pending_launch(self, seen: Observed) -> bool:
         """A sandbox launched during this pass shows up before its row says running."""
         with self.engine.connect() as conn:
-            row = conn.execute(select(sandboxes.c.status, sandboxes.c.attempt)
-                               .where(sandboxes.c.id == seen.sandbox_id)).first()
-        return row is not None and row.status == SandboxStatus.RUNNING and row.attempt == seen.attempt
+            row = conn.execute(
+                select(sandboxes.c.status, sandboxes.c.attempt).where(
+                    sandboxes.c.id == seen.sandbox_id
+                )
+            ).first()
+        return (
+            row is not None and row.status == SandboxStatus.RUNNING and row.attempt == seen.attempt
+        )
 
     def _drive_run(self, run: Any) -> None:
         with self.engine.connect() as conn:
-            rows = conn.execute(select(sandboxes).where(sandboxes.c.run_id == run.id)
-                                .order_by(sandboxes.c.position)).all()
+            rows = conn.execute(
+                select(sandboxes).where(sandboxes.c.run_id == run.id).order_by(sandboxes.c.position)
+            ).all()
         if run.status == RunStatus.PENDING:
             self._set_run(run.id, status=RunStatus.RUNNING, started_at=self.clock())
         if run.cancel_requested:
@@ -173,7 +210,7 @@ class Reconciler:
             self._launch_ready(run, rows)
         self._maybe_finish_run(run)
 
-    def _over_budget(self, run: Any, rows: list[Any]) -> bool:
+    def _over_budget(self, run: Any, rows: Sequence[Any]) -> bool:
         """Past the budget: stop what runs, skip what waits. The run ends budget_exceeded."""
         if run.budget_usd is None:
             return False
@@ -188,7 +225,7 @@ class Reconciler:
         self._maybe_finish_run(run)
         return True
 
-    def _launch_ready(self, run: Any, rows: list[Any]) -> None:
+    def _launch_ready(self, run: Any, rows: Sequence[Any]) -> None:
         now = self.clock()
         running = [r for r in rows if r.status == SandboxStatus.RUNNING]
         slots = run.max_parallel - len(running)
@@ -214,29 +251,39 @@ class Reconciler:
         low = float(row.spec.get("estimate_min_usd", 0.0))
         if spent + low <= run.budget_usd:
             return False
-        self._skip(row.id, f"budget: ${spent:.2f} spent, its minimum estimate ${low:.2f} "
-                           f"would pass the ${run.budget_usd:.2f} budget")
+        self._skip(
+            row.id,
+            f"budget: ${spent:.2f} spent, its minimum estimate ${low:.2f} "
+            f"would pass the ${run.budget_usd:.2f} budget",
+        )
         self._set_run(run.id, error="budget exceeded")
         return True
 
-    def _skip_pending(self, rows: list[Any], reason: str) -> None:
+    def _skip_pending(self, rows: Sequence[Any], reason: str) -> None:
         for row in rows:
             if row.status == SandboxStatus.PENDING:
                 self._skip(row.id, reason)
 
     def _skip(self, sandbox_id: str, reason: str) -> None:
         with self.engine.begin() as conn:
-            conn.execute(update(sandboxes).where(sandboxes.c.id == sandbox_id,
-                                                 sandboxes.c.status == SandboxStatus.PENDING)
-                         .values(status=SandboxStatus.SKIPPED, error=reason,
-                                 finished_at=self.clock()))
+            conn.execute(
+                update(sandboxes)
+                .where(sandboxes.c.id == sandbox_id, sandboxes.c.status == SandboxStatus.PENDING)
+                .values(status=SandboxStatus.SKIPPED, error=reason, finished_at=self.clock())
+            )
         logger.info("skipped sandbox %s: %s", sandbox_id, reason)
 
     def _maybe_finish_run(self, run: Any) -> None:
         with self.engine.connect() as conn:
             fresh = conn.execute(select(runs).where(runs.c.id == run.id)).one()
-            statuses = [r.status for r in conn.execute(
-                select(sandboxes.c.status, sandboxes.c.error).where(sandboxes.c.run_id == run.id))]
+            statuses = [
+                r.status
+                for r in conn.execute(
+                    select(sandboxes.c.status, sandboxes.c.error).where(
+                        sandboxes.c.run_id == run.id
+                    )
+                )
+            ]
         if fresh.status not in ACTIVE_RUN:
             return
         if any(s in (SandboxStatus.PENDING, SandboxStatus.RUNNING) for s in statuses):
@@ -253,11 +300,15 @@ class Reconciler:
 def classify(row: Any, seen: Observed) -> Outcome:
     """How an exited sandbox ended, from the engine's state and why we stopped it."""
     if seen.oom_killed:
-        return Outcome(SandboxStatus.OOM, seen.exit_code, "killed: out of memory "
-                       f"(limit {row.spec['resources'].get('memory')})")
+        return Outcome(
+            SandboxStatus.OOM,
+            seen.exit_code,
+            f"killed: out of memory (limit {row.spec['resources'].get('memory')})",
+        )
     if row.stop_reason == StopReason.TIMEOUT or seen.deadline_exceeded:
-        return Outcome(SandboxStatus.TIMEOUT, seen.exit_code,
-                       f"timed out after {row.spec['timeout_s']} s")
+        return Outcome(
+            SandboxStatus.TIMEOUT, seen.exit_code, f"timed out after {row.spec['timeout_s']} s"
+        )
     if row.stop_reason == StopReason.CANCELLED:
         return Outcome(SandboxStatus.CANCELLED, seen.exit_code, "cancelled")
     if row.stop_reason == StopReason.BUDGET:
@@ -281,6 +332,3 @@ def run_outcome(cancelled: bool, error: str | None, statuses: list[str]) -> RunS
     if any(s in FAILED_SANDBOX or s == SandboxStatus.CANCELLED for s in statuses):
         return RunStatus.FAILED
     return RunStatus.FAILED
-
-
-

@@ -61,8 +61,14 @@ def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
         by_sandbox = {r[0]: r[1:] for r in conn.execute(text(_BY_SANDBOX_SQL), params)}
         by_template = conn.execute(text(_BY_TEMPLATE_SQL), params).all()
         by_mechanism = _mechanism_rows(conn, run_id)
-    return build_report(run._asdict(), [r._asdict() for r in rows], tuple(totals), by_sandbox,
-                        [tuple(r) for r in by_template], by_mechanism)
+    return build_report(
+        run._asdict(),
+        [r._asdict() for r in rows],
+        tuple(totals),
+        by_sandbox,
+        [tuple(r) for r in by_template],
+        by_mechanism,
+    )
 
 
 def _mechanism_rows(conn: Connection, run_id: str) -> list[tuple[Any, ...]]:
@@ -103,13 +109,24 @@ def build_report(
             "mechanism_coverage_pct": round(100 * len(covered) / MECHANISMS_TOTAL, 1),
         },
         "by_template": [
-            {"template_id": r[0], "runs": r[1], "cost_usd": _round(r[2]), "tokens_used": r[3],
-             "llm_calls": r[4], "entities_created": r[5], "timepoints_created": r[6]}
+            {
+                "template_id": r[0],
+                "runs": r[1],
+                "cost_usd": _round(r[2]),
+                "tokens_used": r[3],
+                "llm_calls": r[4],
+                "entities_created": r[5],
+                "timepoints_created": r[6],
+            }
             for r in by_template
         ],
         "by_mechanism": [
-            {"mechanism": r[0], "templates_using": r[1], "total_cost_usd": _round(r[2]),
-             "avg_cost_usd": _round(r[3])}
+            {
+                "mechanism": r[0],
+                "templates_using": r[1],
+                "total_cost_usd": _round(r[2]),
+                "avg_cost_usd": _round(r[3]),
+            }
             for r in by_mechanism
         ],
     }
@@ -137,8 +154,10 @@ def attempt_rows(conn: Connection, sandbox_id: str) -> list[dict[str, Any]]:
     rows = conn.execute(
         select(attempts).where(attempts.c.sandbox_id == sandbox_id).order_by(attempts.c.attempt)
     ).all()
-    return [{**r._asdict(), "started_at": _iso(r.started_at), "finished_at": _iso(r.finished_at)}
-            for r in rows]
+    return [
+        {**r._asdict(), "started_at": _iso(r.started_at), "finished_at": _iso(r.finished_at)}
+        for r in rows
+    ]
 
 
 def _mechanism_order(name: str) -> tuple[int, str]:

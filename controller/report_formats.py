@@ -8,22 +8,29 @@ from xml.etree import ElementTree as ET
 
 def report_junit(report: dict[str, Any]) -> str:
     totals = report["totals"]
-    suite = ET.Element("testsuite", {
-        "name": f"simple.{report['run_id']}",
-        "tests": str(totals["sandboxes"]),
-        "failures": str(totals["failed"] + totals["cancelled"]),
-        "skipped": str(totals["skipped"]),
-        "time": f"{sum(s['duration_s'] or 0 for s in report['sandboxes']):.3f}",
-    })
+    suite = ET.Element(
+        "testsuite",
+        {
+            "name": f"simple.{report['run_id']}",
+            "tests": str(totals["sandboxes"]),
+            "failures": str(totals["failed"] + totals["cancelled"]),
+            "skipped": str(totals["skipped"]),
+            "time": f"{sum(s['duration_s'] or 0 for s in report['sandboxes']):.3f}",
+        },
+    )
     props = ET.SubElement(suite, "properties")
     for name in ("cost_usd", "tokens_used", "llm_calls", "mechanism_coverage_pct"):
         ET.SubElement(props, "property", {"name": name, "value": str(totals[name])})
     for sandbox in report["sandboxes"]:
-        case = ET.SubElement(suite, "testcase", {
-            "classname": f"simple.{report['run_id']}",
-            "name": sandbox["template_id"],
-            "time": f"{sandbox['duration_s'] or 0:.3f}",
-        })
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            {
+                "classname": f"simple.{report['run_id']}",
+                "name": sandbox["template_id"],
+                "time": f"{sandbox['duration_s'] or 0:.3f}",
+            },
+        )
         case_props = ET.SubElement(case, "properties")
         for name in ("sandbox_id", "cost_usd", "duration_s", "attempts", "exit_code"):
             ET.SubElement(case_props, "property", {"name": name, "value": str(sandbox[name])})
@@ -31,11 +38,19 @@ def report_junit(report: dict[str, Any]) -> str:
         if status == "skipped":
             ET.SubElement(case, "skipped", {"message": sandbox["error"] or "skipped"})
         elif status != "succeeded":
-            failure = ET.SubElement(case, "failure", {
-                "type": status, "message": f"{status}: {sandbox['error'] or ''} "
-                                           f"(exit code {sandbox['exit_code']})".strip()})
-            failure.text = f"sandbox {sandbox['sandbox_id']}\nexit code {sandbox['exit_code']}\n" \
-                           f"{sandbox['error'] or ''}"
+            failure = ET.SubElement(
+                case,
+                "failure",
+                {
+                    "type": status,
+                    "message": f"{status}: {sandbox['error'] or ''} "
+                    f"(exit code {sandbox['exit_code']})".strip(),
+                },
+            )
+            failure.text = (
+                f"sandbox {sandbox['sandbox_id']}\nexit code {sandbox['exit_code']}\n"
+                f"{sandbox['error'] or ''}"
+            )
     suites = ET.Element("testsuites")
     suites.append(suite)
     ET.indent(suites)
@@ -62,5 +77,6 @@ def report_markdown(report: dict[str, Any]) -> str:
             f"| {s['template_id']} | {icon.get(s['status'], '❌')} {s['status']} | "
             f"{s['attempts']} | {s['exit_code'] if s['exit_code'] is not None else ''} | "
             f"{s['duration_s'] if s['duration_s'] is not None else ''} | "
-            f"{s['cost_usd'] if s['cost_usd'] is not None else ''} | {error} |")
+            f"{s['cost_usd'] if s['cost_usd'] is not None else ''} | {error} |"
+        )
     return "\n".join(lines) + "\n"

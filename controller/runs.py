@@ -79,14 +79,24 @@ def create_run(
     now = datetime.now(UTC)
     try:
         with engine.begin() as conn:
-            conn.execute(insert(runs).values(
-                id=run_id, status=RunStatus.PENDING, backend=backend, request=body,
-                plan=the_plan.to_dict(), budget_usd=the_plan.budget_usd,
-                max_parallel=the_plan.max_parallel, idempotency_key=idempotency_key,
-                request_hash=digest, cancel_requested=False, created_at=now,
-            ))
-            conn.execute(insert(sandboxes), _sandbox_rows(run_id, the_plan, catalog,
-                                                          default_image, seed))
+            conn.execute(
+                insert(runs).values(
+                    id=run_id,
+                    status=RunStatus.PENDING,
+                    backend=backend,
+                    request=body,
+                    plan=the_plan.to_dict(),
+                    budget_usd=the_plan.budget_usd,
+                    max_parallel=the_plan.max_parallel,
+                    idempotency_key=idempotency_key,
+                    request_hash=digest,
+                    cancel_requested=False,
+                    created_at=now,
+                )
+            )
+            conn.execute(
+                insert(sandboxes), _sandbox_rows(run_id, the_plan, catalog, default_image, seed)
+            )
     except IntegrityError:
         if idempotency_key:  # a concurrent request with the same key won the race
             existing = _by_key(engine, idempotency_key, digest)
@@ -116,11 +126,21 @@ def _sandbox_rows(
 ) -> list[dict[str, Any]]:
     expensive = set(the_plan.expensive)
     return [
-        {"id": sandbox_id_for(run_id, template_id, position), "run_id": run_id,
-         "template_id": template_id, "position": position, "status": SandboxStatus.PENDING,
-         "spec": sandbox_spec(catalog.templates[template_id], seed, default_image),
-         "attempt": 0, "last_seq": 0, "cost_usd": 0.0, "prior_cost_usd": 0.0, "tokens": 0,
-         "aggregated": False, "expensive": template_id in expensive}
+        {
+            "id": sandbox_id_for(run_id, template_id, position),
+            "run_id": run_id,
+            "template_id": template_id,
+            "position": position,
+            "status": SandboxStatus.PENDING,
+            "spec": sandbox_spec(catalog.templates[template_id], seed, default_image),
+            "attempt": 0,
+            "last_seq": 0,
+            "cost_usd": 0.0,
+            "prior_cost_usd": 0.0,
+            "tokens": 0,
+            "aggregated": False,
+            "expensive": template_id in expensive,
+        }
         for position, template_id in enumerate(the_plan.selected)
     ]
 
@@ -167,23 +187,39 @@ def get_sandbox(engine: Engine, sandbox_id: str) -> dict[str, Any]:
 
 def public_run(row: dict[str, Any]) -> dict[str, Any]:
     return {
-        "run_id": row["id"], "status": row["status"], "backend": row["backend"],
-        "plan": row["plan"], "request": row["request"], "budget_usd": row["budget_usd"],
-        "max_parallel": row["max_parallel"], "cancel_requested": row["cancel_requested"],
-        "error": row["error"], "created_at": _iso(row["created_at"]),
-        "started_at": _iso(row["started_at"]), "finished_at": _iso(row["finished_at"]),
+        "run_id": row["id"],
+        "status": row["status"],
+        "backend": row["backend"],
+        "plan": row["plan"],
+        "request": row["request"],
+        "budget_usd": row["budget_usd"],
+        "max_parallel": row["max_parallel"],
+        "cancel_requested": row["cancel_requested"],
+        "error": row["error"],
+        "created_at": _iso(row["created_at"]),
+        "started_at": _iso(row["started_at"]),
+        "finished_at": _iso(row["finished_at"]),
     }
 
 
 def public_sandbox(row: dict[str, Any]) -> dict[str, Any]:
     return {
-        "sandbox_id": row["id"], "run_id": row["run_id"], "template_id": row["template_id"],
-        "status": row["status"], "attempts": row["attempt"], "exit_code": row["exit_code"],
-        "error": row["error"], "step": row["step"], "steps_total": row["steps_total"],
+        "sandbox_id": row["id"],
+        "run_id": row["run_id"],
+        "template_id": row["template_id"],
+        "status": row["status"],
+        "attempts": row["attempt"],
+        "exit_code": row["exit_code"],
+        "error": row["error"],
+        "step": row["step"],
+        "steps_total": row["steps_total"],
         "cost_usd": round(row["cost_usd"] + row["prior_cost_usd"], 4),
-        "tokens": row["tokens"], "last_seq": row["last_seq"],
-        "launched_at": _iso(row["launched_at"]), "started_at": _iso(row["started_at"]),
-        "finished_at": _iso(row["finished_at"]), "aggregated": row["aggregated"],
+        "tokens": row["tokens"],
+        "last_seq": row["last_seq"],
+        "launched_at": _iso(row["launched_at"]),
+        "started_at": _iso(row["started_at"]),
+        "finished_at": _iso(row["finished_at"]),
+        "aggregated": row["aggregated"],
     }
 
 

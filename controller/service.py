@@ -20,8 +20,9 @@ logger = logging.getLogger(__name__)
 class Controller:
     """Wires the parts together; `start` migrates (if asked) and starts the reconciler."""
 
-    def __init__(self, settings: Settings, backend: Backend | None = None,
-                 store: ObjectStore | None = None) -> None:
+    def __init__(
+        self, settings: Settings, backend: Backend | None = None, store: ObjectStore | None = None
+    ) -> None:
         self.settings = settings
         self.catalog: Catalog = load_catalog(catalog_dirs(settings))
         self.engine = create_db_engine(settings.resolved_database_url)
@@ -40,9 +41,12 @@ class Controller:
         self.reconciler.start()
         self.reconciler.kick()
         self.started = True
-        logger.info("controller started: backend=%s database=%s store=%s",
-                    self.backend.name, self.engine.url.render_as_string(hide_password=True),
-                    self.settings.resolved_store_url)
+        logger.info(
+            "controller started: backend=%s database=%s store=%s",
+            self.backend.name,
+            self.engine.url.render_as_string(hide_password=True),
+            self.settings.resolved_store_url,
+        )
 
     def check_ready(self) -> None:
         """Raise UnavailableError naming what is not ready."""

@@ -31,10 +31,22 @@ class Settings(BaseSettings):
         None,
         description="Object store: file:///dir (default <data_dir>/store) or s3://bucket/prefix.",
     )
-    s3_endpoint_url: str | None = Field(None, description="S3 endpoint (MinIO, rclone); None = AWS.")
+    s3_endpoint_url: str | None = Field(
+        None, description="S3 endpoint (MinIO, rclone); None = AWS."
+    )
     s3_region: str = Field("us-east-1", description="S3 region name.")
     s3_access_key_id: str | None = Field(None, description="S3 key id; else boto3's own chain.")
     s3_secret_access_key: str | None = Field(None, description="S3 secret; else boto3's own chain.")
+    s3_public_endpoint_url: str | None = Field(
+        None,
+        description="S3 endpoint written into sandboxes' presigned upload URLs, when sandboxes "
+        "reach S3 at another address than the controller; default SIMPLE_S3_ENDPOINT_URL.",
+    )
+    s3_connect_timeout_s: float = Field(5.0, gt=0, description="S3 connect timeout per call.")
+    s3_read_timeout_s: float = Field(30.0, gt=0, description="S3 read timeout per call.")
+    s3_max_attempts: int = Field(
+        3, ge=1, le=10, description="Attempts per S3 call (botocore standard retries)."
+    )
     backend: BackendName = Field("process", description="How sandboxes are started.")
     catalog_dirs: Annotated[list[Path], NoDecode] = Field(
         default_factory=list,
@@ -56,12 +68,16 @@ class Settings(BaseSettings):
         None,
         description="Base URL sandboxes use to reach the controller; default http://<host>:<port>.",
     )
-    default_image: str = Field("simple-sandbox:latest", description="Image of templates without one.")
+    default_image: str = Field(
+        "simple-sandbox:latest", description="Image of templates without one."
+    )
     max_attempts: int = Field(3, ge=1, le=20, description="Attempts per sandbox, retries included.")
     retry_base_s: float = Field(1.0, ge=0, description="First retry delay; doubles each attempt.")
     retry_max_s: float = Field(60.0, ge=0, description="Cap of the retry delay.")
     reconcile_interval_s: float = Field(1.0, gt=0, description="Longest pause between passes.")
-    snapshot_max_bytes: int = Field(64 * 1024 * 1024, gt=0, description="Largest snapshot accepted.")
+    snapshot_max_bytes: int = Field(
+        64 * 1024 * 1024, gt=0, description="Largest snapshot accepted."
+    )
     lost_grace_s: float = Field(
         10.0, ge=0, description="How long a launched sandbox may be unseen before it is lost."
     )

@@ -28,7 +28,9 @@ def upload_signature(token_hash: str, sandbox_id: str, attempt: int) -> str:
     return hmac.new(token_hash.encode(), message, hashlib.sha256).hexdigest()
 
 
-def signature_matches(signature: str, token_hash: str | None, sandbox_id: str, attempt: int) -> bool:
+def signature_matches(
+    signature: str, token_hash: str | None, sandbox_id: str, attempt: int
+) -> bool:
     if token_hash is None:
         return False
     return hmac.compare_digest(signature, upload_signature(token_hash, sandbox_id, attempt))

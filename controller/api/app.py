@@ -24,8 +24,12 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
         if manage_lifecycle:
             controller.close()
 
-    app = FastAPI(title="SIMPLE controller", version=__version__, lifespan=lifespan,
-                  description="Runs simulation templates in parallel, one sandbox each.")
+    app = FastAPI(
+        title="SIMPLE controller",
+        version=__version__,
+        lifespan=lifespan,
+        description="Runs simulation templates in parallel, one sandbox each.",
+    )
     app.state.controller = controller
     install_error_handlers(app)
     for module in (health, templates, runs, sandboxes):

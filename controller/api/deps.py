@@ -29,15 +29,17 @@ def require_api_token(
         return
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token:
-        raise UnauthorizedError("this API needs a token",
-                                hint="send `Authorization: Bearer <token>` "
-                                     "(simplectl --token or SIMPLE_TOKEN)")
+        raise UnauthorizedError(
+            "this API needs a token",
+            hint="send `Authorization: Bearer <token>` (simplectl --token or SIMPLE_TOKEN)",
+        )
     matched = False
     for candidate in tokens:  # compare with every token, so timing says nothing
         matched |= hmac.compare_digest(token.strip().encode(), candidate.encode())
     if not matched:
-        raise UnauthorizedError("invalid API token",
-                                hint="use a token listed in the server's SIMPLE_API_TOKENS")
+        raise UnauthorizedError(
+            "invalid API token", hint="use a token listed in the server's SIMPLE_API_TOKENS"
+        )
 
 
 Authorized = Depends(require_api_token)

@@ -14,8 +14,9 @@ from controller.errors import InputError, SimpleError, UnauthorizedError
 logger = logging.getLogger(__name__)
 
 
-def error_body(code: str, message: str, hint: str | None = None,
-               field: str | None = None) -> dict[str, object]:
+def error_body(
+    code: str, message: str, hint: str | None = None, field: str | None = None
+) -> dict[str, object]:
     return {"error": {"code": code, "message": message, "hint": hint, "field": field}}
 
 
@@ -26,8 +27,11 @@ def install_error_handlers(app: FastAPI) -> None:
         headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, UnauthorizedError) else None
         if exc.status_code >= 500:
             logger.warning("%s: %s", exc.code, exc)
-        return JSONResponse(error_body(exc.code, exc.message, exc.hint, field),
-                            status_code=exc.status_code, headers=headers)
+        return JSONResponse(
+            error_body(exc.code, exc.message, exc.hint, field),
+            status_code=exc.status_code,
+            headers=headers,
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -43,12 +47,20 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         hint = "see GET /docs for the API" if exc.status_code in (404, 405) else None
-        return JSONResponse(error_body(f"http_{exc.status_code}", str(exc.detail), hint),
-                            status_code=exc.status_code, headers=exc.headers)
+        return JSONResponse(
+            error_body(f"http_{exc.status_code}", str(exc.detail), hint),
+            status_code=exc.status_code,
+            headers=exc.headers,
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error")
         return JSONResponse(
-            error_body("internal_error", f"internal error: {type(exc).__name__}",
-                       "see the controller's log"), status_code=500)
+            error_body(
+                "internal_error",
+                f"internal error: {type(exc).__name__}",
+                "see the controller's log",
+            ),
+            status_code=500,
+        )

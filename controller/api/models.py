@@ -23,24 +23,32 @@ class RunCreate(BaseModel):
     """What to run: suites, templates and categories, and/or a free-text query."""
 
     model_config = ConfigDict(extra="forbid")
-    names: list[str] = Field(default_factory=list,
-                             description="Suite names or template ids (a suite wins)")
+    names: list[str] = Field(
+        default_factory=list, description="Suite names or template ids (a suite wins)"
+    )
     suites: list[str] = Field(default_factory=list, description="Suite names, e.g. quick")
     templates: list[str] = Field(default_factory=list, description="Template ids")
     categories: list[str] = Field(default_factory=list, description="Template categories")
-    query: str | None = Field(None, max_length=2000,
-                              description='Free text, e.g. "portal templates under $50, fast"')
-    budget_usd: float | None = Field(None, gt=0, description="Hard limit on estimated and "
-                                     "reported cost")
+    query: str | None = Field(
+        None, max_length=2000, description='Free text, e.g. "portal templates under $50, fast"'
+    )
+    budget_usd: float | None = Field(
+        None, gt=0, description="Hard limit on estimated and reported cost"
+    )
     priority: Priority = Field(Priority.BALANCED, description="speed, cost or balanced")
     max_parallel: int | None = Field(None, ge=1, le=1000, description="Sandboxes at once")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Base seed for deterministic runs")
 
     def plan_request(self) -> PlanRequest:
         return PlanRequest(
-            names=tuple(self.names), suites=tuple(self.suites), templates=tuple(self.templates),
-            categories=tuple(self.categories), query=self.query, budget_usd=self.budget_usd,
-            priority=self.priority, max_parallel=self.max_parallel,
+            names=tuple(self.names),
+            suites=tuple(self.suites),
+            templates=tuple(self.templates),
+            categories=tuple(self.categories),
+            query=self.query,
+            budget_usd=self.budget_usd,
+            priority=self.priority,
+            max_parallel=self.max_parallel,
         )
 
 
@@ -84,8 +92,10 @@ class EventIn(BaseModel):
         if self.type is EventType.FAILED:
             error = self.data.get("error")
             if not isinstance(error, dict):
-                raise ValueError("data.error is required for `failed` events: "
-                                 '{"type": ..., "message": ..., "transient": true|false}')
+                raise ValueError(
+                    "data.error is required for `failed` events: "
+                    '{"type": ..., "message": ..., "transient": true|false}'
+                )
             try:
                 FailureError.model_validate(error)
             except ValidationError as e:

@@ -26,5 +26,6 @@ def create_backend(settings: Settings, notify: Notify | None = None) -> Backend:
 
         return KubernetesBackend(settings, notify)
     raise ConfigError(
-        f"unknown backend {settings.backend!r}", hint="set SIMPLE_BACKEND to process, docker or kubernetes"
+        f"unknown backend {settings.backend!r}",
+        hint="set SIMPLE_BACKEND to process, docker or kubernetes",
     )

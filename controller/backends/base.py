@@ -53,8 +53,9 @@ class SandboxSpec:
 
     @property
     def labels(self) -> dict[str, str]:
-        return sandbox_labels(self.env.run_id, self.env.sandbox_id, self.env.template_id,
-                              self.env.attempt)
+        return sandbox_labels(
+            self.env.run_id, self.env.sandbox_id, self.env.template_id, self.env.attempt
+        )
 
 
 def sandbox_labels(run_id: str, sandbox_id: str, template_id: str, attempt: int) -> dict[str, str]:
@@ -86,6 +87,7 @@ class Observed:
     oom_killed: bool = False
     deadline_exceeded: bool = False
     reason: str | None = None  # e.g. "ImagePullBackOff: ... (hint: ...)" for a failed start
+    exited_at: float | None = None  # epoch seconds, when the backend knows it
 
 
 class Backend(ABC):

@@ -10,6 +10,7 @@ sandbox again from these files alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -53,8 +54,12 @@ class ProcessBackend(Backend):
             "working_dir": str(self._dir(spec.sandbox_id, spec.env.attempt) / "work"),
             "env": spec.env.to_environ(),
             "labels": spec.labels,
-            "limits": {"memory_bytes": memory_bytes(spec.resources.memory) if spec.resources.memory
-                       else None, "timeout_s": spec.timeout_s},
+            "limits": {
+                "memory_bytes": memory_bytes(spec.resources.memory)
+                if spec.resources.memory
+                else None,
+                "timeout_s": spec.timeout_s,
+            },
         }
 
     def launch(self, spec: SandboxSpec) -> None:
@@ -66,21 +71,39 @@ class ProcessBackend(Backend):
         env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
         env.update(spec.env.to_environ())
         limit = memory_bytes(spec.resources.memory) if spec.resources.memory else 0
-        argv = [sys.executable, "-I", "-S", str(SUPERVISOR), str(directory), str(limit), "--",
-                *_resolve_command(spec.command)]
+        argv = [
+            sys.executable,
+            "-I",
+            "-S",
+            str(SUPERVISOR),
+            str(directory),
+            str(limit),
+            "--",
+            *_resolve_command(spec.command),
+        ]
         try:
-            child = subprocess.Popen(argv, env=env, start_new_session=True,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+            child = subprocess.Popen(
+                argv,
+                env=env,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         except OSError as e:
             raise BackendError(f"cannot start the supervisor for {spec.sandbox_id}: {e}") from e
         _write_json(directory / "supervisor.json", {"pid": child.pid})
         with self._lock:
             self._children[spec.sandbox_id] = child
-        threading.Thread(target=self._wait, args=(spec.sandbox_id, child), daemon=True,
-                         name=f"wait-{spec.sandbox_id}").start()
-        logger.info("launched sandbox %s attempt %d (pid %d)", spec.sandbox_id,
-                    spec.env.attempt, child.pid)
+        threading.Thread(
+            target=self._wait,
+            args=(spec.sandbox_id, child),
+            daemon=True,
+            name=f"wait-{spec.sandbox_id}",
+        ).start()
+        logger.info(
+            "launched sandbox %s attempt %d (pid %d)", spec.sandbox_id, spec.env.attempt, child.pid
+        )
 
     def _wait(self, sandbox_id: str, child: subprocess.Popen[bytes]) -> None:
         child.wait()
@@ -102,12 +125,20 @@ class ProcessBackend(Backend):
         if meta is None:
             return None
         labels = meta["labels"]
-        base = {"sandbox_id": labels["simple.dev/sandbox-id"], "run_id": labels["simple.dev/run-id"],
-                "attempt": int(meta["attempt"])}
+        base = {
+            "sandbox_id": labels["simple.dev/sandbox-id"],
+            "run_id": labels["simple.dev/run-id"],
+            "attempt": int(meta["attempt"]),
+        }
         exit_info = _read_json(directory / "exit.json")
         if exit_info is not None:
-            return Observed(**base, state=ObservedState.EXITED, exit_code=exit_info["exit_code"],
-                            oom_killed=bool(exit_info.get("oom_killed")))
+            return Observed(
+                **base,
+                state=ObservedState.EXITED,
+                exit_code=exit_info["exit_code"],
+                oom_killed=bool(exit_info.get("oom_killed")),
+                exited_at=exit_info.get("finished_at"),
+            )
         supervisor = _read_json(directory / "supervisor.json")
         if supervisor and _alive(supervisor["pid"], str(directory)):
             return Observed(**base, state=ObservedState.RUNNING)
@@ -127,8 +158,10 @@ class ProcessBackend(Backend):
             logger.info("stopping sandbox %s (process group %d)", sandbox_id, info["pgid"])
 
     def read_logs(self, sandbox_id: str) -> bytes:
-        logs = sorted(self.root.glob(f"{sandbox_id}/attempt-*/output.log"),
-                      key=lambda p: int(p.parent.name.split("-")[1]))
+        logs = sorted(
+            self.root.glob(f"{sandbox_id}/attempt-*/output.log"),
+            key=lambda p: int(p.parent.name.split("-")[1]),
+        )
         if not logs:
             raise NotFoundError(f"no live logs for sandbox {sandbox_id}")
         return logs[-1].read_bytes()
@@ -157,10 +190,8 @@ def _alive(pid: int, marker: str) -> bool:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

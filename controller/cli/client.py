@@ -16,8 +16,13 @@ TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 class ApiError(Exception):
     """The server answered with an error, or could not be reached."""
 
-    def __init__(self, message: str, status: int | None = None, code: str | None = None,
-                 hint: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        code: str | None = None,
+        hint: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message, self.status, self.code, self.hint = message, status, code, hint
 
@@ -47,12 +52,15 @@ class ApiClient:
             else:
                 if response.status_code not in RETRIED_STATUS or attempt == self.attempts:
                     return _checked(response)
-                last = ApiError(f"{method} {path}: HTTP {response.status_code}",
-                                response.status_code)
+                last = ApiError(
+                    f"{method} {path}: HTTP {response.status_code}", response.status_code
+                )
             if attempt < self.attempts:
                 time.sleep(random.uniform(0, self.base_delay_s * 2 ** (attempt - 1)))
-        raise ApiError(f"cannot reach the SIMPLE server at {self.http.base_url}: {last}",
-                       hint="check --server / SIMPLE_SERVER and that the server is up") from last
+        raise ApiError(
+            f"cannot reach the SIMPLE server at {self.http.base_url}: {last}",
+            hint="check --server / SIMPLE_SERVER and that the server is up",
+        ) from last
 
     def get(self, path: str, **kwargs: Any) -> Any:
         return self.request("GET", path, **kwargs).json()
@@ -78,5 +86,9 @@ def _checked(response: httpx.Response) -> httpx.Response:
         error = response.json().get("error", {})
     except ValueError:
         error = {}
-    raise ApiError(error.get("message") or f"HTTP {response.status_code}: {response.text[:200]}",
-                   response.status_code, error.get("code"), error.get("hint"))
+    raise ApiError(
+        error.get("message") or f"HTTP {response.status_code}: {response.text[:200]}",
+        response.status_code,
+        error.get("code"),
+        error.get("hint"),
+    )

@@ -11,11 +11,12 @@ from controller.planner import PlanRequest, plan
 from controller.runs import new_run_id, sandbox_id_for, sandbox_spec
 from controller.settings import Settings
 
-PLACEHOLDER_TOKEN = "<generated at launch>"  # noqa: S105 - not a secret, a placeholder
+PLACEHOLDER_TOKEN = "<generated at launch>"
 
 
-def render_run(catalog: Catalog, request: PlanRequest, settings: Settings,
-               seed: int = 0) -> dict[str, Any]:
+def render_run(
+    catalog: Catalog, request: PlanRequest, settings: Settings, seed: int = 0
+) -> dict[str, Any]:
     """The plan and, for each selected template, the object the backend would create."""
     the_plan = plan(catalog, request)
     backend = create_backend(settings)
@@ -26,7 +27,23 @@ def render_run(catalog: Catalog, request: PlanRequest, settings: Settings,
         sandbox_id = sandbox_id_for(run_id, template_id, position)
         spec = sandbox_spec(catalog.templates[template_id], seed, settings.default_image)
         upload = f"{controller_url}/v1/sandboxes/{sandbox_id}/snapshot?attempt=1&signature=<...>"
-        objects.append(backend.render(build_sandbox_spec(
-            run_id, sandbox_id, template_id, spec, 1, PLACEHOLDER_TOKEN, upload, controller_url)))
-    return {"run_id": run_id, "backend": backend.name, "plan": the_plan.to_dict(),
-            "objects": objects}
+        objects.append(
+            backend.render(
+                build_sandbox_spec(
+                    run_id,
+                    sandbox_id,
+                    template_id,
+                    spec,
+                    1,
+                    PLACEHOLDER_TOKEN,
+                    upload,
+                    controller_url,
+                )
+            )
+        )
+    return {
+        "run_id": run_id,
+        "backend": backend.name,
+        "plan": the_plan.to_dict(),
+        "objects": objects,
+    }

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from controller.cli.client import ApiClient, ApiError
@@ -27,11 +28,15 @@ from controller.errors import SimpleError
 from controller.planner import Priority
 from controller.settings import BackendName, Settings
 
-app = typer.Typer(help="SIMPLE: run simulation templates in parallel, one sandbox each.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="SIMPLE: run simulation templates in parallel, one sandbox each.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-err = Console(stderr=True)
+err = Console(stderr=True, markup=False)
 
 
 class Exit(IntEnum):
@@ -42,15 +47,25 @@ class Exit(IntEnum):
     CANCELLED = 4
 
 
-RUN_EXIT = {"succeeded": Exit.OK, "failed": Exit.FAILED, "budget_exceeded": Exit.BUDGET,
-            "cancelled": Exit.CANCELLED}
+RUN_EXIT = {
+    "succeeded": Exit.OK,
+    "failed": Exit.FAILED,
+    "budget_exceeded": Exit.BUDGET,
+    "cancelled": Exit.CANCELLED,
+}
 
-Server = Annotated[str | None, typer.Option("--server", envvar="SIMPLE_SERVER",
-                                            help="Controller URL; default: local embedded.")]
-Token = Annotated[str | None, typer.Option("--token", envvar="SIMPLE_TOKEN",
-                                           help="API token for --server.")]
-Catalogs = Annotated[list[Path] | None, typer.Option("--catalog", help="Extra catalog dir "
-                                                     "(repeatable).")]
+Server = Annotated[
+    str | None,
+    typer.Option(
+        "--server", envvar="SIMPLE_SERVER", help="Controller URL; default: local embedded."
+    ),
+]
+Token = Annotated[
+    str | None, typer.Option("--token", envvar="SIMPLE_TOKEN", help="API token for --server.")
+]
+Catalogs = Annotated[
+    list[Path] | None, typer.Option("--catalog", help="Extra catalog dir (repeatable).")
+]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Log the controller's work.")]
 
 
@@ -63,7 +78,7 @@ def _settings(catalog: list[Path] | None = None, **overrides: Any) -> Settings:
 
 
 def _fail(message: str, code: Exit = Exit.USAGE) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True, markup=True)
     return typer.Exit(int(code))
 
 
@@ -80,13 +95,16 @@ def _errors() -> Iterator[None]:
 
 
 @contextmanager
-def _client(server: str | None, token: str | None, catalog: list[Path] | None = None
-            ) -> Iterator[ApiClient]:
+def _client(
+    server: str | None, token: str | None, catalog: list[Path] | None = None
+) -> Iterator[ApiClient]:
     """A client of --server, or of the local controller (no reconciler started)."""
     if server:
         if catalog:
-            raise _fail("--catalog applies to the embedded controller; with --server, "
-                        "add catalogs on the server (SIMPLE_CATALOG_DIRS)")
+            raise _fail(
+                "--catalog applies to the embedded controller; with --server, "
+                "add catalogs on the server (SIMPLE_CATALOG_DIRS)"
+            )
         yield ApiClient.remote(server, token)
         return
     from fastapi.testclient import TestClient
@@ -97,21 +115,37 @@ def _client(server: str | None, token: str | None, catalog: list[Path] | None = 
 
     controller = Controller(_settings(catalog))
     upgrade(controller.engine)
-    with TestClient(create_app(controller, manage_lifecycle=False),
-                    raise_server_exceptions=False) as http:
+    with TestClient(
+        create_app(controller, manage_lifecycle=False), raise_server_exceptions=False
+    ) as http:
         yield ApiClient(http)
     controller.close()
 
 
-def _body(names: list[str], budget: float | None, priority: Priority, parallel: int | None,
-          query: str | None, seed: int) -> dict[str, Any]:
-    return {"names": names, "budget_usd": budget, "priority": priority.value,
-            "max_parallel": parallel, "query": query, "seed": seed}
+def _body(
+    names: list[str],
+    budget: float | None,
+    priority: Priority,
+    parallel: int | None,
+    query: str | None,
+    seed: int,
+) -> dict[str, Any]:
+    return {
+        "names": names,
+        "budget_usd": budget,
+        "priority": priority.value,
+        "max_parallel": parallel,
+        "query": query,
+        "seed": seed,
+    }
 
 
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
 
 @app.command()
@@ -119,28 +153,43 @@ def run(
     names: Annotated[list[str] | None, typer.Argument(help="Suites and/or template ids.")] = None,
     budget: Annotated[float | None, typer.Option("--budget", help="Budget in USD.")] = None,
     priority: Annotated[Priority, typer.Option("--priority")] = Priority.BALANCED,
-    parallel: Annotated[int | None, typer.Option("--parallel", min=1,
-                                                 help="Max sandboxes at once.")] = None,
-    backend: Annotated[str | None, typer.Option("--backend", help="process, docker or "
-                                                "kubernetes (embedded only).")] = None,
+    parallel: Annotated[
+        int | None, typer.Option("--parallel", min=1, help="Max sandboxes at once.")
+    ] = None,
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="process, docker or kubernetes (embedded only).")
+    ] = None,
     catalog: Catalogs = None,
     query: Annotated[str | None, typer.Option("--query", help="Free-text request.")] = None,
     seed: Annotated[int, typer.Option("--seed", min=0)] = 0,
-    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Follow the run to its end "
-                                       "(always, without --server).")] = True,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait/--no-wait", help="Follow the run to its end (always, without --server)."
+        ),
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the report JSON.")] = False,
     junit: Annotated[Path | None, typer.Option("--junit", help="Write a JUnit XML report.")] = None,
-    markdown: Annotated[Path | None, typer.Option("--markdown", help="Write a Markdown "
-                                                  "summary.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be created.")] = False,
-    output: Annotated[str, typer.Option("-o", "--output", help="Dry-run format: yaml|json.")] = "yaml",
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Write a Markdown summary.")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print what would be created.")
+    ] = False,
+    output: Annotated[
+        str, typer.Option("-o", "--output", help="Dry-run format: yaml|json.")
+    ] = "yaml",
     server: Server = None,
     token: Token = None,
-    idempotency_key: Annotated[str | None, typer.Option("--idempotency-key",
-                                                        envvar="SIMPLE_IDEMPOTENCY_KEY")] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option("--idempotency-key", envvar="SIMPLE_IDEMPOTENCY_KEY")
+    ] = None,
     verbose: Verbose = False,
 ) -> None:
-    """Plan and run templates; print the report. Exit 0 ok, 1 failed, 2 input, 3 budget, 4 cancelled."""
+    """Plan and run templates, print the report.
+
+    Exit 0 all succeeded, 1 some failed, 2 usage or input error, 3 budget, 4 cancelled.
+    """
     _setup_logging(verbose)
     names = names or []
     if backend is not None and backend not in ("process", "docker", "kubernetes"):
@@ -161,13 +210,13 @@ def run(
                 final = _wait(client, run_id, as_json)
                 code = _finish(client, final, as_json, junit, markdown)
         else:
-            code = _run_embedded(body, catalog, backend, as_json, junit, markdown,
-                                 idempotency_key)
+            code = _run_embedded(body, catalog, backend, as_json, junit, markdown, idempotency_key)
     raise typer.Exit(int(code))
 
 
-def _dry_run(body: dict[str, Any], catalog: list[Path] | None, backend: str | None,
-             output: str) -> None:
+def _dry_run(
+    body: dict[str, Any], catalog: list[Path] | None, backend: str | None, output: str
+) -> None:
     from controller.api.models import RunCreate
     from controller.catalog import load_catalog
     from controller.cli.dry_run import render_run
@@ -184,9 +233,15 @@ def _dry_run(body: dict[str, Any], catalog: list[Path] | None, backend: str | No
         raise _fail(f"unknown output format {output!r}; use yaml or json")
 
 
-def _run_embedded(body: dict[str, Any], catalog: list[Path] | None, backend: str | None,
-                  as_json: bool, junit: Path | None, markdown: Path | None,
-                  key: str | None) -> Exit:
+def _run_embedded(
+    body: dict[str, Any],
+    catalog: list[Path] | None,
+    backend: str | None,
+    as_json: bool,
+    junit: Path | None,
+    markdown: Path | None,
+    key: str | None,
+) -> Exit:
     from controller.cli.embedded import EmbeddedServer
 
     settings = _settings(catalog, backend=backend)
@@ -205,11 +260,13 @@ def _start(client: ApiClient, body: dict[str, Any], key: str | None) -> str:
     headers = {"Idempotency-Key": key} if key else {}
     run = client.post("/v1/runs", json=body, headers=headers)
     plan = run["plan"]
-    err.print(f"run {run['run_id']}: {len(plan['selected'])} sandboxes, "
-              f"{plan['max_parallel']} at once, estimated "
-              f"${plan['estimated_cost_usd'][0]:.2f}-${plan['estimated_cost_usd'][1]:.2f}"
-              + (f", {len(plan['excluded'])} excluded" if plan["excluded"] else ""),
-              highlight=False)
+    err.print(
+        f"run {run['run_id']}: {len(plan['selected'])} sandboxes, "
+        f"{plan['max_parallel']} at once, estimated "
+        f"${plan['estimated_cost_usd'][0]:.2f}-${plan['estimated_cost_usd'][1]:.2f}"
+        + (f", {len(plan['excluded'])} excluded" if plan["excluded"] else ""),
+        highlight=False,
+    )
     for excluded in plan["excluded"]:
         err.print(f"  excluded {excluded['template_id']}: {excluded['reason']}", highlight=False)
     return str(run["run_id"])
@@ -226,15 +283,19 @@ def _wait(client: ApiClient, run_id: str, quiet: bool) -> dict[str, Any]:
     return follow_run(fetch)
 
 
-def _finish(client: ApiClient, final: dict[str, Any], as_json: bool, junit: Path | None,
-            markdown: Path | None) -> Exit:
+def _finish(
+    client: ApiClient,
+    final: dict[str, Any],
+    as_json: bool,
+    junit: Path | None,
+    markdown: Path | None,
+) -> Exit:
     run_id = final["run_id"]
     report = client.get(f"/v1/runs/{run_id}/report")
     if junit:
         junit.write_text(client.text(f"/v1/runs/{run_id}/report", params={"format": "junit"}))
     if markdown:
-        markdown.write_text(client.text(f"/v1/runs/{run_id}/report",
-                                        params={"format": "markdown"}))
+        markdown.write_text(client.text(f"/v1/runs/{run_id}/report", params={"format": "markdown"}))
     if as_json:
         print(json.dumps(report, indent=2))
     else:
@@ -248,17 +309,25 @@ def _print_report(report: dict[str, Any]) -> None:
     for column in ("template", "status", "attempts", "exit", "duration s", "cost $", "error"):
         table.add_column(column)
     for s in report["sandboxes"]:
-        table.add_row(s["template_id"], s["status"], str(s["attempts"]),
-                      "" if s["exit_code"] is None else str(s["exit_code"]),
-                      "" if s["duration_s"] is None else f"{s['duration_s']:.1f}",
-                      "" if s["cost_usd"] is None else f"{s['cost_usd']:.2f}", s["error"] or "")
+        table.add_row(
+            s["template_id"],
+            s["status"],
+            str(s["attempts"]),
+            "" if s["exit_code"] is None else str(s["exit_code"]),
+            "" if s["duration_s"] is None else f"{s['duration_s']:.1f}",
+            "" if s["cost_usd"] is None else f"{s['cost_usd']:.2f}",
+            s["error"] or "",
+        )
     out.print(table)
     t = report["totals"]
-    out.print(f"{t['succeeded']}/{t['sandboxes']} succeeded, {t['failed']} failed; "
-              f"cost ${t['cost_usd']:.2f}, {t['tokens_used']} tokens, {t['llm_calls']} LLM "
-              f"calls, {t['entities_created']} entities, {t['timepoints_created']} timepoints, "
-              f"mechanisms {', '.join(t['mechanisms_covered'])} "
-              f"({t['mechanism_coverage_pct']}%)", highlight=False)
+    out.print(
+        f"{t['succeeded']}/{t['sandboxes']} succeeded, {t['failed']} failed; "
+        f"cost ${t['cost_usd']:.2f}, {t['tokens_used']} tokens, {t['llm_calls']} LLM "
+        f"calls, {t['entities_created']} entities, {t['timepoints_created']} timepoints, "
+        f"mechanisms {', '.join(t['mechanisms_covered'])} "
+        f"({t['mechanism_coverage_pct']}%)",
+        highlight=False,
+    )
 
 
 @app.command()
@@ -274,8 +343,14 @@ def plan(
 ) -> None:
     """Plan without running: selected, excluded, cost and time estimates (JSON)."""
     with _errors(), _client(server, token, catalog) as client:
-        print(json.dumps(client.post("/v1/plans", json=_body(names or [], budget, priority,
-                                                              parallel, query, 0)), indent=2))
+        print(
+            json.dumps(
+                client.post(
+                    "/v1/plans", json=_body(names or [], budget, priority, parallel, query, 0)
+                ),
+                indent=2,
+            )
+        )
 
 
 @app.command()
@@ -295,13 +370,18 @@ def status(
     if run_id:
         out.print(f"run {data['run_id']}: {data['status']}", highlight=False)
         for s in data["sandboxes"]:
-            out.print(f"  {s['sandbox_id']:<50} {s['status']:<10} step {s['step'] or 0}/"
-                      f"{s['steps_total'] or '?'} ${s['cost_usd']:.2f} {s['error'] or ''}",
-                      highlight=False)
+            out.print(
+                f"  {s['sandbox_id']:<50} {s['status']:<10} step {s['step'] or 0}/"
+                f"{s['steps_total'] or '?'} ${s['cost_usd']:.2f} {s['error'] or ''}",
+                highlight=False,
+            )
     else:
         for r in data["runs"]:
-            out.print(f"{r['run_id']}  {r['status']:<16} {r['created_at']}  "
-                      f"{len(r['plan']['selected'])} sandboxes", highlight=False)
+            out.print(
+                f"{r['run_id']}  {r['status']:<16} {r['created_at']}  "
+                f"{len(r['plan']['selected'])} sandboxes",
+                highlight=False,
+            )
 
 
 @app.command()
@@ -325,8 +405,9 @@ def logs(
 ) -> None:
     """Print a sandbox's logs (live or archived); --follow streams them."""
     with _errors(), _client(server, token) as client:
-        for chunk in client.stream_lines(f"/v1/sandboxes/{sandbox_id}/logs",
-                                         {"follow": str(follow).lower()}):
+        for chunk in client.stream_lines(
+            f"/v1/sandboxes/{sandbox_id}/logs", {"follow": str(follow).lower()}
+        ):
             sys.stdout.buffer.write(chunk)
             sys.stdout.flush()
 
@@ -361,8 +442,13 @@ def templates(
         table.add_column(column)
     for t in data["templates"]:
         cost, runtime = t["estimate"]["cost_usd"], t["estimate"]["runtime_s"]
-        table.add_row(t["id"], t["category"], f"{cost[0]:g}-{cost[1]:g}",
-                      f"{runtime[0]:g}-{runtime[1]:g}", " ".join(t["mechanisms"]))
+        table.add_row(
+            t["id"],
+            t["category"],
+            f"{cost[0]:g}-{cost[1]:g}",
+            f"{runtime[0]:g}-{runtime[1]:g}",
+            " ".join(t["mechanisms"]),
+        )
     Console().print(table)
     Console().print("suites: " + ", ".join(f"{k} ({len(v)})" for k, v in data["suites"].items()))
 
@@ -383,14 +469,22 @@ def serve(
 
     _setup_logging(verbose)
     settings = _settings(catalog, host=host, port=port, backend=backend)
-    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_tokens \
-            and not settings.allow_unauthenticated:
-        raise _fail(f"refusing to serve on {settings.host} without API tokens",
-                    Exit.USAGE) from None
+    if (
+        settings.host not in ("127.0.0.1", "localhost", "::1")
+        and not settings.api_tokens
+        and not settings.allow_unauthenticated
+    ):
+        raise _fail(
+            f"refusing to serve on {settings.host} without API tokens", Exit.USAGE
+        ) from None
     with _errors():
         controller = Controller(settings)
-    uvicorn.run(create_app(controller), host=settings.host, port=settings.port,
-                log_level="info" if verbose else "warning")
+    uvicorn.run(
+        create_app(controller),
+        host=settings.host,
+        port=settings.port,
+        log_level="info" if verbose else "warning",
+    )
 
 
 @db_app.command("upgrade")

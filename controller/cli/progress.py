@@ -16,7 +16,9 @@ POLL_S = 0.25
 Fetch = Callable[[], dict[str, Any]]
 
 
-def follow_run(fetch: Fetch, stream: TextIO | None = None, poll_s: float = POLL_S) -> dict[str, Any]:
+def follow_run(
+    fetch: Fetch, stream: TextIO | None = None, poll_s: float = POLL_S
+) -> dict[str, Any]:
     """Poll the run until it ends, showing progress; returns the final run."""
     stream = stream or sys.stderr
     if stream.isatty():
@@ -30,8 +32,9 @@ def _describe(sandbox: dict[str, Any]) -> str:
     where = f" step {step}/{total}" if step is not None and total else ""
     attempt = f" attempt {sandbox['attempts']}" if sandbox.get("attempts", 0) > 1 else ""
     cost = f" ${sandbox['cost_usd']:.2f}" if sandbox.get("cost_usd") else ""
-    error = f" ({sandbox['error']})" if sandbox.get("error") and sandbox["status"] != "running" \
-        else ""
+    error = (
+        f" ({sandbox['error']})" if sandbox.get("error") and sandbox["status"] != "running" else ""
+    )
     return f"{sandbox['status']}{where}{attempt}{cost}{error}"
 
 
@@ -55,8 +58,11 @@ def _follow_lines(fetch: Fetch, stream: TextIO, poll_s: float) -> dict[str, Any]
 
 def _follow_bars(fetch: Fetch, stream: TextIO, poll_s: float) -> dict[str, Any]:
     console = Console(file=stream)
-    columns = (TextColumn("{task.description:<40}"), BarColumn(),
-               TextColumn("{task.fields[state]}"))
+    columns = (
+        TextColumn("{task.description:<40}"),
+        BarColumn(),
+        TextColumn("{task.fields[state]}"),
+    )
     tasks: dict[str, TaskID] = {}
     with Progress(*columns, console=console, transient=False) as progress:
         while True:
@@ -64,13 +70,14 @@ def _follow_bars(fetch: Fetch, stream: TextIO, poll_s: float) -> dict[str, Any]:
             for sandbox in run["sandboxes"]:
                 sid = sandbox["sandbox_id"]
                 if sid not in tasks:
-                    tasks[sid] = progress.add_task(sandbox["template_id"][:40], total=1,
-                                                   state="")
+                    tasks[sid] = progress.add_task(sandbox["template_id"][:40], total=1, state="")
                 total = sandbox.get("steps_total") or 1
-                done = total if sandbox["status"] not in ("pending", "running") \
+                done = (
+                    total
+                    if sandbox["status"] not in ("pending", "running")
                     else (sandbox.get("step") or 0)
-                progress.update(tasks[sid], total=total, completed=done,
-                                state=_describe(sandbox))
+                )
+                progress.update(tasks[sid], total=total, completed=done, state=_describe(sandbox))
             if run["status"] in FINAL_RUN:
                 return run
             time.sleep(poll_s)

@@ -109,7 +109,8 @@ attempts = Table(
     Column("error", Text),
     Column("cost_usd", Float),
     Column("started_at", UTCDateTime()),
-    Column("finished_at", UTCDateTime()),
+    Column("exited_at", UTCDateTime()),  # when the backend saw it end
+    Column("finished_at", UTCDateTime()),  # when the controller had recorded it all
 )
 
 events = Table(

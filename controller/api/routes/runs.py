@@ -13,13 +13,23 @@ from controller.report import fetch_report
 from controller.report_formats import report_junit, report_markdown
 from controller.runs import cancel_run, create_run, get_run, list_runs
 
-router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[Authorized],
-                   responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
-                              422: {"model": ErrorResponse}})
+router = APIRouter(
+    prefix="/v1/runs",
+    tags=["runs"],
+    dependencies=[Authorized],
+    responses={
+        401: {"model": ErrorResponse},
+        404: {"model": ErrorResponse},
+        422: {"model": ErrorResponse},
+    },
+)
 
 
-@router.post("", status_code=201, responses={200: {"description": "Idempotent replay"},
-                                             409: {"model": ErrorResponse}})
+@router.post(
+    "",
+    status_code=201,
+    responses={200: {"description": "Idempotent replay"}, 409: {"model": ErrorResponse}},
+)
 def start_run(
     body: RunCreate,
     controller: ControllerDep,
@@ -28,9 +38,13 @@ def start_run(
 ) -> dict[str, Any]:
     """Plan and start a run; the same Idempotency-Key and body return the same run."""
     run_id, created = create_run(
-        controller.engine, controller.catalog, body.plan_request(),
-        body.model_dump(mode="json"), backend=controller.backend.name,
-        default_image=controller.settings.default_image, seed=body.seed,
+        controller.engine,
+        controller.catalog,
+        body.plan_request(),
+        body.model_dump(mode="json"),
+        backend=controller.backend.name,
+        default_image=controller.settings.default_image,
+        seed=body.seed,
         idempotency_key=idempotency_key,
     )
     if created:
@@ -41,8 +55,11 @@ def start_run(
 
 
 @router.get("")
-def runs_list(controller: ControllerDep, limit: Annotated[int, Query(ge=1, le=500)] = 50,
-              status: str | None = None) -> dict[str, Any]:
+def runs_list(
+    controller: ControllerDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    status: str | None = None,
+) -> dict[str, Any]:
     """Recent runs, newest first."""
     return {"runs": list_runs(controller.engine, limit, status)}
 
@@ -61,11 +78,14 @@ def run_cancel(run_id: str, controller: ControllerDep) -> dict[str, Any]:
     return result
 
 
-@router.get("/{run_id}/report", responses={200: {"content": {
-    "application/xml": {}, "text/markdown": {}}}})
-def run_report(run_id: str, controller: ControllerDep,
-               format: Annotated[str, Query(pattern="^(json|junit|markdown)$")] = "json",
-               ) -> Any:
+@router.get(
+    "/{run_id}/report", responses={200: {"content": {"application/xml": {}, "text/markdown": {}}}}
+)
+def run_report(
+    run_id: str,
+    controller: ControllerDep,
+    format: Annotated[str, Query(pattern="^(json|junit|markdown)$")] = "json",
+) -> Any:
     """The aggregated report: JSON, or ?format=junit / ?format=markdown."""
     report = fetch_report(controller.engine, run_id)
     if format == "junit":

@@ -25,8 +25,9 @@ from controller.states import SandboxStatus
 from controller.store.base import snapshot_key
 from controller.tokens import signature_matches
 
-router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"],
-                   responses={404: {"model": ErrorResponse}})
+router = APIRouter(
+    prefix="/v1/sandboxes", tags=["sandboxes"], responses={404: {"model": ErrorResponse}}
+)
 
 
 @router.get("/{sandbox_id}", dependencies=[Authorized])
@@ -36,8 +37,7 @@ def sandbox_get(sandbox_id: str, controller: ControllerDep) -> dict[str, Any]:
 
 
 @router.get("/{sandbox_id}/logs", dependencies=[Authorized], response_class=PlainTextResponse)
-def sandbox_logs(sandbox_id: str, controller: ControllerDep,
-                 follow: bool = False) -> Any:
+def sandbox_logs(sandbox_id: str, controller: ControllerDep, follow: bool = False) -> Any:
     """The sandbox's output: live while it runs, archived afterwards."""
     row = load_sandbox(controller.engine, sandbox_id)
     if row.status == SandboxStatus.RUNNING:
@@ -51,15 +51,18 @@ def sandbox_logs(sandbox_id: str, controller: ControllerDep,
         data = controller.store.get(row.log_key)
         if data is not None:
             return PlainTextResponse(data)
-    raise NotFoundError(f"no logs for sandbox {sandbox_id} (status {row.status})",
-                        hint="logs exist once the sandbox has started")
+    raise NotFoundError(
+        f"no logs for sandbox {sandbox_id} (status {row.status})",
+        hint="logs exist once the sandbox has started",
+    )
 
 
 def _follow(controller: Any, sandbox_id: str) -> Iterator[bytes]:
     def running() -> bool:
         with controller.engine.connect() as conn:
-            status = conn.execute(select(sandboxes.c.status)
-                                  .where(sandboxes.c.id == sandbox_id)).scalar()
+            status = conn.execute(
+                select(sandboxes.c.status).where(sandboxes.c.id == sandbox_id)
+            ).scalar()
         return bool(status == SandboxStatus.RUNNING)
 
     try:
@@ -68,9 +71,16 @@ def _follow(controller: Any, sandbox_id: str) -> Iterator[bytes]:
         yield f"\n[simple: log stream ended: {e.message}]\n".encode()
 
 
-@router.post("/{sandbox_id}/events", response_model=EventsAccepted,
-             responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse},
-                        409: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
+@router.post(
+    "/{sandbox_id}/events",
+    response_model=EventsAccepted,
+    responses={
+        401: {"model": ErrorResponse},
+        403: {"model": ErrorResponse},
+        409: {"model": ErrorResponse},
+        422: {"model": ErrorResponse},
+    },
+)
 def post_events(
     sandbox_id: str,
     batch: EventBatch,
@@ -82,9 +92,15 @@ def post_events(
     return ingest_events(controller.engine, sandbox_id, authorization, incoming)
 
 
-@router.put("/{sandbox_id}/snapshot", status_code=201,
-            responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse},
-                       413: {"model": ErrorResponse}})
+@router.put(
+    "/{sandbox_id}/snapshot",
+    status_code=201,
+    responses={
+        401: {"model": ErrorResponse},
+        403: {"model": ErrorResponse},
+        413: {"model": ErrorResponse},
+    },
+)
 async def put_snapshot(
     sandbox_id: str,
     request: Request,
@@ -95,19 +111,24 @@ async def put_snapshot(
     """Where sandboxes upload snapshots when the store has no presigned URLs (local store)."""
     row = load_sandbox(controller.engine, sandbox_id)
     if not signature_matches(signature, row.token_hash, sandbox_id, attempt):
-        raise UnauthorizedError(f"invalid upload signature for sandbox {sandbox_id}",
-                                hint="PUT to SIMPLE_SNAPSHOT_URL exactly as given")
+        raise UnauthorizedError(
+            f"invalid upload signature for sandbox {sandbox_id}",
+            hint="PUT to SIMPLE_SNAPSHOT_URL exactly as given",
+        )
     if row.attempt != attempt or row.status != SandboxStatus.RUNNING:
-        raise ForbiddenError(f"attempt {attempt} of sandbox {sandbox_id} is over",
-                             hint="only the running attempt may upload")
+        raise ForbiddenError(
+            f"attempt {attempt} of sandbox {sandbox_id} is over",
+            hint="only the running attempt may upload",
+        )
     limit = controller.settings.snapshot_max_bytes
     body = bytearray()
     async for chunk in request.stream():
         body.extend(chunk)
         if len(body) > limit:
-            raise PayloadTooLargeError(f"snapshot is over the {limit}-byte limit",
-                                       hint="keep snapshots small or raise "
-                                            "SIMPLE_SNAPSHOT_MAX_BYTES")
+            raise PayloadTooLargeError(
+                f"snapshot is over the {limit}-byte limit",
+                hint="keep snapshots small or raise SIMPLE_SNAPSHOT_MAX_BYTES",
+            )
     key = snapshot_key(row.run_id, sandbox_id, attempt)
     controller.store.put(key, bytes(body))
     return {"key": key, "bytes": len(body)}

@@ -10,24 +10,36 @@ from controller.api.deps import Authorized, ControllerDep
 from controller.api.models import ErrorResponse, RunCreate
 from controller.planner import plan
 
-router = APIRouter(prefix="/v1", tags=["templates"], dependencies=[Authorized],
-                   responses={401: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
+router = APIRouter(
+    prefix="/v1",
+    tags=["templates"],
+    dependencies=[Authorized],
+    responses={401: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
+)
 
 
 @router.get("/templates")
-def list_templates(controller: ControllerDep, suite: str | None = None,
-                   category: str | None = None, tag: str | None = None) -> dict[str, Any]:
+def list_templates(
+    controller: ControllerDep,
+    suite: str | None = None,
+    category: str | None = None,
+    tag: str | None = None,
+) -> dict[str, Any]:
     """The catalog, filterable by suite, category and tag."""
     catalog = controller.catalog
     members = set(catalog.suite(suite)) if suite else None
     templates = [
-        t.public() for t in catalog.templates.values()
+        t.public()
+        for t in catalog.templates.values()
         if (members is None or t.id in members)
         and (category is None or t.category == category)
         and (tag is None or tag in t.tags)
     ]
-    return {"templates": templates, "count": len(templates),
-            "suites": {name: list(ids) for name, ids in sorted(catalog.suites.items())}}
+    return {
+        "templates": templates,
+        "count": len(templates),
+        "suites": {name: list(ids) for name, ids in sorted(catalog.suites.items())},
+    }
 
 
 @router.post("/plans")

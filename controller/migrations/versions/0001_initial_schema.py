@@ -2,12 +2,11 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-21 05:22:24.851665
+Create Date: 2026-11-21 05:31:55.410646
 """
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = "0001"
 down_revision = None
@@ -142,6 +141,7 @@ def upgrade() -> None:
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("cost_usd", sa.Float(), nullable=True),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("exited_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["sandbox_id"],

@@ -1,0 +1,42 @@
+# SIMPLE: one Makefile for people and CI. `make quick` runs the quick suite on the
+# embedded default; `make test` runs the tests. Both create .venv on first use.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: help install quick test lint typecheck check bench clean
+
+help: ## List the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[all,dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## Create .venv with SIMPLE and its dev tools
+
+quick: $(STAMP) ## Run the quick suite (7 templates) on the embedded default
+	$(BIN)/simplectl run quick
+
+test: $(STAMP) ## Run the tests (CI=true: missing Docker/PostgreSQL/S3/helm fail, never skip)
+	$(BIN)/pytest -q
+
+lint: $(STAMP) ## ruff
+	$(BIN)/ruff check controller sandbox_image tests bench
+
+typecheck: $(STAMP) ## mypy
+	$(BIN)/mypy
+
+check: lint typecheck test ## Everything CI checks
+
+bench: $(STAMP) ## Controller overhead per sandbox on the process backend
+	$(BIN)/python bench/process_overhead.py
+
+clean: ## Remove the virtualenv and local state
+	rm -rf $(VENV) .simple build .mypy_cache .ruff_cache .pytest_cache
+
+include mk/images.mk

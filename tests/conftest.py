@@ -1,0 +1,75 @@
+"""Shared fixtures: settings on a private data dir, a served controller, custom catalogs.
+
+The database is SQLite unless SIMPLE_TEST_DATABASE_URL names a PostgreSQL server,
+in which case each test gets a fresh database on it (CI runs the suite on both).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.settings import Settings
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def require_service(name: str, reason: str) -> None:
+    """A missing real service: a failure in CI, a skip elsewhere."""
+    message = f"{name} is not available: {reason}"
+    if IN_CI:
+        pytest.fail(message + " (CI needs it; .ci/run installs it)")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database for one test."""
+    server = os.environ.get("SIMPLE_TEST_DATABASE_URL")
+    if not server:
+        yield f"sqlite:///{tmp_path / 'simple.db'}"
+        return
+    from sqlalchemy import create_engine, text
+
+    name = "t_" + secrets.token_hex(6)
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    base, _, _ = server.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
+    """Embedded-default settings on a private data dir, fast retries and passes."""
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        retry_base_s=0.05,
+        retry_max_s=0.2,
+        reconcile_interval_s=0.2,
+        lost_grace_s=2.0,
+    )
+
+
+@pytest.fixture
+def catalog_dir(tmp_path: Path) -> Callable[[str], Path]:
+    """Write a catalog file (YAML text) into a fresh directory and return the directory."""
+
+    def write(yaml_text: str, name: str = "user.yaml") -> Path:
+        directory = tmp_path / f"catalog-{secrets.token_hex(3)}"
+        directory.mkdir()
+        (directory / name).write_text(textwrap.dedent(yaml_text))
+        return directory
+
+    return write
