@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ import httpx
 
 RETRIED_STATUS = frozenset({429, 502, 503, 504})
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+STREAM_TIMEOUT = httpx.Timeout(60.0, connect=5.0)  # the server sends keep-alives every 15 s
 
 
 class ApiError(Exception):
@@ -77,6 +79,50 @@ class ApiClient:
                 response.read()
                 _checked(response)
             yield from response.iter_bytes()
+
+    def stream_events(self, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Server-sent events as (kind, data) until `end`; reconnects with Last-Event-ID."""
+        last_id: str | None = None
+        failures = 0
+        while True:
+            headers = {"Last-Event-ID": last_id} if last_id else {}
+            try:
+                with self.http.stream("GET", path, headers=headers, timeout=STREAM_TIMEOUT) as r:
+                    if r.status_code >= 400:
+                        r.read()
+                        _checked(r)
+                    for kind, event_id, data in _parse_sse(r.iter_lines()):
+                        failures = 0
+                        last_id = event_id or last_id
+                        yield kind, data
+                        if kind == "end":
+                            return
+            except httpx.TransportError as e:
+                failures += 1
+                if failures >= self.attempts:
+                    raise ApiError(
+                        f"lost the event stream of {path}: {e}",
+                        hint="check the server; `simplectl status RUN` shows the run",
+                    ) from e
+                time.sleep(random.uniform(0, self.base_delay_s * 2 ** (failures - 1)))
+
+
+def _parse_sse(lines: Iterator[str]) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
+    kind, event_id, data = "message", None, list[str]()
+    for line in lines:
+        if not line:
+            if data:
+                yield kind, event_id, json.loads("\n".join(data))
+            kind, data = "message", []
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            kind = value
+        elif field == "id":
+            event_id = value
+        elif field == "data":
+            data.append(value)
 
 
 def _checked(response: httpx.Response) -> httpx.Response:

@@ -275,12 +275,14 @@ def _start(client: ApiClient, body: dict[str, Any], key: str | None) -> str:
 def _wait(client: ApiClient, run_id: str, quiet: bool) -> dict[str, Any]:
     from controller.cli.progress import follow_run
 
-    fetch = lambda: client.get(f"/v1/runs/{run_id}")  # noqa: E731
+    states = (
+        data for kind, data in client.stream_events(f"/v1/runs/{run_id}/stream") if kind == "run"
+    )
     if quiet:
         import io
 
-        return follow_run(fetch, io.StringIO())
-    return follow_run(fetch)
+        return follow_run(states, io.StringIO())
+    return follow_run(states)
 
 
 def _finish(

@@ -1,0 +1,115 @@
+"""Live events of a run as server-sent events, resumable with Last-Event-ID.
+
+The stream interleaves two kinds of messages:
+- `run`: the run with its sandboxes, sent first and whenever its state changes;
+- `sandbox-event`: each event a sandbox posted, in the order they were stored.
+Every message's `id` is the id of the last stored event it accounts for, so a
+client that reconnects with `Last-Event-ID` misses no sandbox event, and gets
+the run's current state at once (state is level-triggered: the latest is whole).
+The stream ends with an `end` message once the run is over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header
+from fastapi.responses import StreamingResponse
+from sqlalchemy import Engine, select
+
+from controller.api.deps import Authorized, ControllerDep
+from controller.api.models import ErrorResponse
+from controller.db.schema import events
+from controller.runs import get_run
+from controller.states import ACTIVE_RUN
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[Authorized])
+
+POLL_S = 0.25
+# An event's id is taken when it is inserted but visible only at commit, so a
+# later id can be seen first; events settle this long before they are streamed.
+SETTLE_S = 0.5
+KEEPALIVE_S = 15.0
+BATCH = 500
+
+
+@router.get(
+    "/{run_id}/stream",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "Server-sent events"},
+        404: {"model": ErrorResponse},
+    },
+)
+async def stream_run(
+    run_id: str,
+    controller: ControllerDep,
+    last_event_id: Annotated[str | None, Header(max_length=30)] = None,
+) -> StreamingResponse:
+    """Live run state and sandbox events (SSE); resume with Last-Event-ID."""
+    run = await asyncio.to_thread(get_run, controller.engine, run_id)  # 404 before streaming
+    after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+    return StreamingResponse(
+        _messages(controller.engine, run_id, run, after),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _messages(
+    engine: Engine, run_id: str, run: dict[str, Any], after: int
+) -> AsyncIterator[bytes]:
+    yield b"retry: 1000\n\n"
+    sent_state = ""
+    idle = 0.0
+    while True:
+        final = run["status"] not in ACTIVE_RUN
+        rows = await asyncio.to_thread(_events_after, engine, run_id, after, not final)
+        for row in rows:
+            after = row["id"]
+            yield _sse("sandbox-event", after, row)
+        state = json.dumps(run, sort_keys=True)
+        if state != sent_state:
+            sent_state = state
+            idle = 0.0
+            yield _sse("run", after, run)
+        if final and len(rows) < BATCH:
+            yield _sse("end", after, {"run_id": run_id, "status": run["status"]})
+            return
+        if not rows:
+            idle += POLL_S
+            if idle >= KEEPALIVE_S:
+                idle = 0.0
+                yield b": keep-alive\n\n"
+            await asyncio.sleep(POLL_S)
+        run = await asyncio.to_thread(get_run, engine, run_id)
+
+
+def _events_after(engine: Engine, run_id: str, after: int, settle: bool) -> list[dict[str, Any]]:
+    query = (
+        select(
+            events.c.id,
+            events.c.sandbox_id,
+            events.c.event_id,
+            events.c.attempt,
+            events.c.seq,
+            events.c.type,
+            events.c.time,
+            events.c.data,
+        )
+        .where(events.c.run_id == run_id, events.c.id > after)
+        .order_by(events.c.id)
+        .limit(BATCH)
+    )
+    if settle:
+        query = query.where(events.c.received_at < datetime.now(UTC) - timedelta(seconds=SETTLE_S))
+    with engine.connect() as conn:
+        return [{**row._asdict(), "time": row.time.isoformat()} for row in conn.execute(query)]
+
+
+def _sse(kind: str, event_id: int, data: dict[str, Any]) -> bytes:
+    return f"id: {event_id}\nevent: {kind}\ndata: {json.dumps(data)}\n\n".encode()
