@@ -46,7 +46,7 @@ def finish_attempt(
     rng: random.Random,
 ) -> None:
     """Record how an attempt ended; schedule a retry when it may help."""
-    archived = _archive_logs(backend, store, row)
+    archived = archive_logs(backend, store, row)
     retry = _should_retry(engine, settings, row, outcome)
     values: dict[str, Any] = {
         "exit_code": outcome.exit_code,
@@ -141,7 +141,8 @@ def _fetch_snapshot(store: ObjectStore, settings: Settings, row: Any) -> tuple[A
         return None, f"snapshot rejected: {e.message}"
 
 
-def _archive_logs(backend: Backend, store: ObjectStore, row: Any) -> str | None:
+def archive_logs(backend: Backend, store: ObjectStore, row: Any) -> str | None:
+    """Copy the attempt's output to the store; its key, or None when there is none."""
     try:
         data = backend.read_logs(row.id)
     except SimpleError:

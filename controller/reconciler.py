@@ -24,10 +24,10 @@ from sqlalchemy import Engine, select, update
 from controller.backends.base import Backend, Observed, ObservedState
 from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError
-from controller.finisher import Outcome, finish_attempt
+from controller.finisher import Outcome, archive_logs, finish_attempt
 from controller.launcher import Launcher
 from controller.settings import Settings
-from controller.states import ACTIVE_RUN, FAILED_SANDBOX, RunStatus, SandboxStatus, StopReason
+from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus, StopReason
 from controller.store.base import ObjectStore
 
 logger = logging.getLogger(__name__)
@@ -102,13 +102,10 @@ class Reconciler:
                 else []
             )
         wanted = {(r.id, r.attempt) for r in rows if r.status == SandboxStatus.RUNNING}
+        cancelled = {r.id for r in active if r.cancel_requested}
         for row in rows:
             if row.status == SandboxStatus.RUNNING:
-                self._follow(
-                    row,
-                    observed.get((row.id, row.attempt)),
-                    cancel=any(r.cancel_requested for r in active if r.id == row.run_id),
-                )
+                self._follow(row, observed.get((row.id, row.attempt)), row.run_id in cancelled)
         self._collect_garbage(observed, wanted)
         for run in active:
             self._drive_run(run)
@@ -116,12 +113,11 @@ class Reconciler:
     def _follow(self, row: Any, seen: Observed | None, cancel: bool) -> None:
         now = self.clock()
         if seen is None:
-            if row.launched_at and now - row.launched_at > timedelta(
-                seconds=self.settings.lost_grace_s
-            ):
-                self._finish(
-                    row, Outcome(SandboxStatus.LOST, None, "the sandbox vanished from the backend")
-                )
+            if row.stop_reason is not None:  # stopping it may remove it (a deleted Job)
+                gone = Observed(row.id, row.run_id, row.attempt, ObservedState.EXITED)
+                self._finish(row, classify(row, gone))
+            elif row.launched_at and now - row.launched_at > self._lost_grace:
+                self._finish(row, Outcome(SandboxStatus.LOST, None, "the sandbox vanished"))
             return
         if seen.state == ObservedState.EXITED:
             outcome = classify(row, seen)
@@ -137,12 +133,18 @@ class Reconciler:
             ):
                 self._stop(row, StopReason.TIMEOUT)
 
+    @property
+    def _lost_grace(self) -> timedelta:
+        return timedelta(seconds=self.settings.lost_grace_s)
+
     def _stop(self, row: Any, reason: StopReason) -> None:
+        # Archive the output first: on some backends stopping deletes it with the sandbox.
+        log_key = archive_logs(self.backend, self.store, row)
         with self.engine.begin() as conn:
             conn.execute(
                 update(sandboxes)
                 .where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt)
-                .values(stop_reason=reason)
+                .values(stop_reason=reason, log_key=log_key or row.log_key)
             )
         logger.info("stopping sandbox %s: %s", row.id, reason.value)
         try:
@@ -329,6 +331,4 @@ def run_outcome(cancelled: bool, error: str | None, statuses: list[str]) -> RunS
         return RunStatus.BUDGET_EXCEEDED
     if statuses and all(s == SandboxStatus.SUCCEEDED for s in statuses):
         return RunStatus.SUCCEEDED
-    if any(s in FAILED_SANDBOX or s == SandboxStatus.CANCELLED for s in statuses):
-        return RunStatus.FAILED
     return RunStatus.FAILED

@@ -1,0 +1,141 @@
+{{/*
+Names and labels. Every name is truncated to 63 characters (the DNS label limit), and so
+is every label value; component names keep their suffix by truncating the prefix.
+*/}}
+
+{{- define "simple.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "simple.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+"<fullname>-<suffix>", at most 63 characters (or `max`): the prefix gives way, not the
+suffix. StatefulSets pass max 52, as their pods' controller-revision-hash label appends 11.
+*/}}
+{{- define "simple.componentName" -}}
+{{- $suffix := .suffix }}
+{{- $max := .max | default 63 | int }}
+{{- $prefix := include "simple.fullname" .root | trunc (int (sub (sub $max 1) (len $suffix))) | trimSuffix "-" }}
+{{- printf "%s-%s" $prefix $suffix }}
+{{- end }}
+
+{{- define "simple.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every resource; `component` is passed in the dict. */}}
+{{- define "simple.labels" -}}
+helm.sh/chart: {{ include "simple.chart" .root }}
+{{ include "simple.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: simple
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "simple.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "simple.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "simple.controllerServiceAccountName" -}}
+{{- if .Values.controller.serviceAccount.create }}
+{{- default (include "simple.fullname" .) .Values.controller.serviceAccount.name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- default "default" .Values.controller.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "simple.sandboxServiceAccountName" -}}
+{{- if .Values.sandbox.serviceAccount.name }}
+{{- .Values.sandbox.serviceAccount.name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- include "simple.componentName" (dict "root" . "suffix" "sandbox") }}
+{{- end }}
+{{- end }}
+
+{{- define "simple.image" -}}
+{{- printf "%s:%s" .repository (toString .tag) }}
+{{- end }}
+
+{{/*
+Credentials. Each resolves to a Secret and a key: an existing Secret when one is named,
+else the chart's own Secret "<fullname>" when the value is given inline (or comes from
+the evaluation services), else nothing (API tokens: the Secret "<fullname>-api-tokens"
+that the operator creates, because the controller refuses to serve without tokens).
+*/}}
+{{- define "simple.secretName" -}}
+{{- include "simple.fullname" . }}
+{{- end }}
+
+{{- define "simple.databaseUrl" -}}
+{{- if .Values.database.url }}
+{{- .Values.database.url }}
+{{- else if .Values.evaluation.enabled }}
+{{- $pg := .Values.evaluation.postgresql }}
+{{- printf "postgresql+psycopg://%s:%s@%s:5432/%s" (urlquery $pg.user) (urlquery $pg.password) (include "simple.componentName" (dict "root" . "suffix" "postgresql" "max" 52)) $pg.database }}
+{{- end }}
+{{- end }}
+
+{{- define "simple.s3AccessKeyId" -}}
+{{- if .Values.s3.accessKeyId }}{{ .Values.s3.accessKeyId }}{{ else if .Values.evaluation.enabled }}{{ .Values.evaluation.minio.rootUser }}{{ end }}
+{{- end }}
+
+{{- define "simple.s3SecretAccessKey" -}}
+{{- if .Values.s3.secretAccessKey }}{{ .Values.s3.secretAccessKey }}{{ else if .Values.evaluation.enabled }}{{ .Values.evaluation.minio.rootPassword }}{{ end }}
+{{- end }}
+
+{{/* Whether the chart's own Secret has anything to hold. */}}
+{{- define "simple.ownSecretNeeded" -}}
+{{- $tokens := and (not .Values.auth.existingSecret) .Values.auth.apiTokens }}
+{{- $db := and (not .Values.database.existingSecret) (include "simple.databaseUrl" .) }}
+{{- $s3 := and (not .Values.s3.existingSecret) (include "simple.s3AccessKeyId" .) }}
+{{- if or $tokens $db $s3 }}true{{ end }}
+{{- end }}
+
+{{- define "simple.apiTokensSecretRef" -}}
+{{- if .Values.auth.existingSecret -}}
+name: {{ .Values.auth.existingSecret }}
+key: {{ .Values.auth.existingSecretKey }}
+{{- else if .Values.auth.apiTokens -}}
+name: {{ include "simple.secretName" . }}
+key: api-tokens
+{{- else -}}
+name: {{ include "simple.componentName" (dict "root" . "suffix" "api-tokens") }}
+key: api-tokens
+{{- end }}
+{{- end }}
+
+{{- define "simple.storeUrl" -}}
+{{- if .Values.store.url }}
+{{- .Values.store.url }}
+{{- else if .Values.evaluation.enabled }}
+{{- printf "s3://%s/snapshots" .Values.evaluation.minio.bucket }}
+{{- else -}}
+file:///var/lib/simple/store
+{{- end }}
+{{- end }}
+
+{{/* The S3 endpoint; $(SIMPLE_KUBERNETES_NAMESPACE) is expanded by the kubelet. */}}
+{{- define "simple.s3EndpointUrl" -}}
+{{- if .Values.s3.endpointUrl }}
+{{- .Values.s3.endpointUrl }}
+{{- else if .Values.evaluation.enabled }}
+{{- printf "http://%s.$(SIMPLE_KUBERNETES_NAMESPACE).svc.%s:9000" (include "simple.componentName" (dict "root" . "suffix" "minio" "max" 52)) .Values.clusterDomain }}
+{{- end }}
+{{- end }}

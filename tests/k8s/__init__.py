@@ -1,0 +1,1 @@
+"""Kubernetes backend, Job builder and Helm chart tests (no cluster)."""
