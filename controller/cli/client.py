@@ -13,6 +13,7 @@ import httpx
 RETRIED_STATUS = frozenset({429, 502, 503, 504})
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 STREAM_TIMEOUT = httpx.Timeout(60.0, connect=5.0)  # the server sends keep-alives every 15 s
+MAX_DELAY_S = 10.0
 
 
 class ApiError(Exception):
@@ -58,11 +59,16 @@ class ApiClient:
                     f"{method} {path}: HTTP {response.status_code}", response.status_code
                 )
             if attempt < self.attempts:
-                time.sleep(random.uniform(0, self.base_delay_s * 2 ** (attempt - 1)))
+                self._backoff(attempt)
         raise ApiError(
-            f"cannot reach the SIMPLE server at {self.http.base_url}: {last}",
+            f"cannot reach the SIMPLE server at {_origin(self.http.base_url)} after "
+            f"{self.attempts} attempts: {_describe(last)}",
             hint="check --server / SIMPLE_SERVER and that the server is up",
         ) from last
+
+    def _backoff(self, attempt: int) -> None:
+        """Capped exponential backoff with full jitter before attempt `attempt + 1`."""
+        time.sleep(random.uniform(0, min(MAX_DELAY_S, self.base_delay_s * 2 ** (attempt - 1))))
 
     def get(self, path: str, **kwargs: Any) -> Any:
         return self.request("GET", path, **kwargs).json()
@@ -81,30 +87,41 @@ class ApiClient:
             yield from response.iter_bytes()
 
     def stream_events(self, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Server-sent events as (kind, data) until `end`; reconnects with Last-Event-ID."""
+        """Server-sent events as (kind, data) until `end`; reconnects with Last-Event-ID.
+
+        A dropped connection, a stream that closes before `end`, or a 429/502/503/504
+        is retried with backoff; after `attempts` reconnections in a row that brought
+        nothing new, it gives up.
+        """
         last_id: str | None = None
         failures = 0
         while True:
             headers = {"Last-Event-ID": last_id} if last_id else {}
+            problem: object = "the stream closed before its end"
             try:
                 with self.http.stream("GET", path, headers=headers, timeout=STREAM_TIMEOUT) as r:
                     if r.status_code >= 400:
                         r.read()
-                        _checked(r)
-                    for kind, event_id, data in _parse_sse(r.iter_lines()):
-                        failures = 0
-                        last_id = event_id or last_id
-                        yield kind, data
-                        if kind == "end":
-                            return
+                        if r.status_code not in RETRIED_STATUS:
+                            _checked(r)
+                        problem = f"HTTP {r.status_code}"
+                    else:
+                        for kind, event_id, data in _parse_sse(r.iter_lines()):
+                            failures = 0
+                            last_id = event_id or last_id
+                            yield kind, data
+                            if kind == "end":
+                                return
             except httpx.TransportError as e:
-                failures += 1
-                if failures >= self.attempts:
-                    raise ApiError(
-                        f"lost the event stream of {path}: {e}",
-                        hint="check the server; `simplectl status RUN` shows the run",
-                    ) from e
-                time.sleep(random.uniform(0, self.base_delay_s * 2 ** (failures - 1)))
+                problem = e
+            failures += 1
+            if failures >= self.attempts:
+                raise ApiError(
+                    f"lost the event stream of {path} after {failures} attempts: "
+                    f"{_describe(problem)}",
+                    hint="check the server; `simplectl status RUN` shows the run",
+                ) from (problem if isinstance(problem, Exception) else None)
+            self._backoff(failures)
 
 
 def _parse_sse(lines: Iterator[str]) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
@@ -123,6 +140,16 @@ def _parse_sse(lines: Iterator[str]) -> Iterator[tuple[str, str | None, dict[str
             event_id = value
         elif field == "data":
             data.append(value)
+
+
+def _origin(url: httpx.URL) -> str:
+    return str(url).rstrip("/")
+
+
+def _describe(problem: object) -> str:
+    """A transport error as people read it (some httpx errors have an empty str)."""
+    text = str(problem)
+    return text if text else type(problem).__name__
 
 
 def _checked(response: httpx.Response) -> httpx.Response:

@@ -1,0 +1,131 @@
+"""What every `simplectl` command shares: settings, the API client, errors to exit codes."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import IntEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from controller.cli.client import ApiClient, ApiError
+from controller.errors import SimpleError
+from controller.planner import Priority
+from controller.settings import Settings
+
+err = Console(stderr=True, markup=False)
+
+
+class Exit(IntEnum):
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    BUDGET = 3
+    CANCELLED = 4
+
+
+RUN_EXIT = {
+    "succeeded": Exit.OK,
+    "failed": Exit.FAILED,
+    "budget_exceeded": Exit.BUDGET,
+    "cancelled": Exit.CANCELLED,
+}
+
+Server = Annotated[
+    str | None,
+    typer.Option(
+        "--server", envvar="SIMPLE_SERVER", help="Controller URL; default: local embedded."
+    ),
+]
+Token = Annotated[
+    str | None, typer.Option("--token", envvar="SIMPLE_TOKEN", help="API token for --server.")
+]
+Catalogs = Annotated[
+    list[Path] | None, typer.Option("--catalog", help="Extra catalog dir (repeatable).")
+]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Log the controller's work.")]
+
+
+def cli_settings(catalog: list[Path] | None = None, **overrides: Any) -> Settings:
+    settings = Settings()
+    update = {k: v for k, v in overrides.items() if v is not None}
+    if catalog:
+        update["catalog_dirs"] = [*settings.catalog_dirs, *catalog]
+    return settings.model_copy(update=update)
+
+
+def fail(message: str, code: Exit = Exit.USAGE) -> typer.Exit:
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True, markup=True)
+    return typer.Exit(int(code))
+
+
+@contextmanager
+def errors_to_exit() -> Iterator[None]:
+    """Map errors to one clear line and an exit code."""
+    try:
+        yield
+    except ApiError as e:
+        status = e.status or 0
+        raise fail(str(e), Exit.USAGE if 400 <= status < 500 else Exit.FAILED) from None
+    except SimpleError as e:
+        raise fail(str(e), Exit.USAGE if e.status_code < 500 else Exit.FAILED) from None
+
+
+@contextmanager
+def api_client(
+    server: str | None, token: str | None, catalog: list[Path] | None = None
+) -> Iterator[ApiClient]:
+    """A client of --server, or of the local controller (no reconciler started)."""
+    if server:
+        if catalog:
+            raise fail(
+                "--catalog applies to the embedded controller; with --server, "
+                "add catalogs on the server (SIMPLE_CATALOG_DIRS)"
+            )
+        yield ApiClient.remote(server, token)
+        return
+    from fastapi.testclient import TestClient
+
+    from controller.api.app import create_app
+    from controller.db.engine import upgrade
+    from controller.service import Controller
+
+    controller = Controller(cli_settings(catalog))
+    upgrade(controller.engine)
+    with TestClient(
+        create_app(controller, manage_lifecycle=False), raise_server_exceptions=False
+    ) as http:
+        yield ApiClient(http)
+    controller.close()
+
+
+def run_body(
+    names: list[str],
+    budget: float | None,
+    priority: Priority,
+    parallel: int | None,
+    query: str | None,
+    seed: int,
+) -> dict[str, Any]:
+    return {
+        "names": names,
+        "budget_usd": budget,
+        "priority": priority.value,
+        "max_parallel": parallel,
+        "query": query,
+        "seed": seed,
+    }
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )

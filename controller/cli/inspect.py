@@ -1,0 +1,108 @@
+"""Commands that look at what exists: status, report, logs, cancel, templates."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from controller.cli.common import Catalogs, Server, Token, api_client, err, errors_to_exit
+
+
+def status(
+    run_id: Annotated[str | None, typer.Argument(help="A run id; none lists recent runs.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    server: Server = None,
+    token: Token = None,
+) -> None:
+    """Show one run with its sandboxes, or list recent runs."""
+    with errors_to_exit(), api_client(server, token) as client:
+        data = client.get(f"/v1/runs/{run_id}") if run_id else client.get("/v1/runs")
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    out = Console()
+    if run_id:
+        out.print(f"run {data['run_id']}: {data['status']}", highlight=False)
+        for s in data["sandboxes"]:
+            out.print(
+                f"  {s['sandbox_id']:<50} {s['status']:<10} step {s['step'] or 0}/"
+                f"{s['steps_total'] or '?'} ${s['cost_usd']:.2f} {s['error'] or ''}",
+                highlight=False,
+            )
+    else:
+        for r in data["runs"]:
+            out.print(
+                f"{r['run_id']}  {r['status']:<16} {r['created_at']}  "
+                f"{len(r['plan']['selected'])} sandboxes",
+                highlight=False,
+            )
+
+
+def report(
+    run_id: str,
+    fmt: Annotated[str, typer.Option("--format", help="json, junit or markdown")] = "json",
+    server: Server = None,
+    token: Token = None,
+) -> None:
+    """Print a run's report."""
+    with errors_to_exit(), api_client(server, token) as client:
+        print(client.text(f"/v1/runs/{run_id}/report", params={"format": fmt}), end="")
+
+
+def logs(
+    sandbox_id: str,
+    follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
+    server: Server = None,
+    token: Token = None,
+) -> None:
+    """Print a sandbox's logs (live or archived); --follow streams them."""
+    with errors_to_exit(), api_client(server, token) as client:
+        for chunk in client.stream_lines(
+            f"/v1/sandboxes/{sandbox_id}/logs", {"follow": str(follow).lower()}
+        ):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+
+
+def cancel(run_id: str, server: Server = None, token: Token = None) -> None:
+    """Stop every sandbox of a run."""
+    with errors_to_exit(), api_client(server, token) as client:
+        data = client.post(f"/v1/runs/{run_id}/cancel")
+    err.print(f"run {run_id}: cancel requested ({data['status']})")
+
+
+def templates(
+    suite: Annotated[str | None, typer.Option("--suite")] = None,
+    category: Annotated[str | None, typer.Option("--category")] = None,
+    tag: Annotated[str | None, typer.Option("--tag")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    catalog: Catalogs = None,
+    server: Server = None,
+    token: Token = None,
+) -> None:
+    """List the catalog's templates and suites."""
+    params = {k: v for k, v in {"suite": suite, "category": category, "tag": tag}.items() if v}
+    with errors_to_exit(), api_client(server, token, catalog) as client:
+        data = client.get("/v1/templates", params=params)
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    table = Table(title=f"{data['count']} templates")
+    for column in ("id", "category", "cost $", "runtime s", "mechanisms"):
+        table.add_column(column)
+    for t in data["templates"]:
+        cost, runtime = t["estimate"]["cost_usd"], t["estimate"]["runtime_s"]
+        table.add_row(
+            t["id"],
+            t["category"],
+            f"{cost[0]:g}-{cost[1]:g}",
+            f"{runtime[0]:g}-{runtime[1]:g}",
+            " ".join(t["mechanisms"]),
+        )
+    Console().print(table)
+    Console().print("suites: " + ", ".join(f"{k} ({len(v)})" for k, v in data["suites"].items()))

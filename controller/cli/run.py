@@ -1,0 +1,235 @@
+"""`simplectl run` and `simplectl plan`: plan, start, follow, report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from controller.cli.client import ApiClient
+from controller.cli.common import (
+    RUN_EXIT,
+    Catalogs,
+    Exit,
+    Server,
+    Token,
+    Verbose,
+    api_client,
+    cli_settings,
+    err,
+    errors_to_exit,
+    fail,
+    run_body,
+    setup_logging,
+)
+from controller.planner import Priority
+
+
+def run(
+    names: Annotated[list[str] | None, typer.Argument(help="Suites and/or template ids.")] = None,
+    budget: Annotated[float | None, typer.Option("--budget", help="Budget in USD.")] = None,
+    priority: Annotated[Priority, typer.Option("--priority")] = Priority.BALANCED,
+    parallel: Annotated[
+        int | None, typer.Option("--parallel", min=1, help="Max sandboxes at once.")
+    ] = None,
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="process, docker or kubernetes (embedded only).")
+    ] = None,
+    catalog: Catalogs = None,
+    query: Annotated[str | None, typer.Option("--query", help="Free-text request.")] = None,
+    seed: Annotated[int, typer.Option("--seed", min=0)] = 0,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait/--no-wait", help="Follow the run to its end (always, without --server)."
+        ),
+    ] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the report JSON.")] = False,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Write a JUnit XML report.")] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Write a Markdown summary.")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print what would be created.")
+    ] = False,
+    output: Annotated[
+        str, typer.Option("-o", "--output", help="Dry-run format: yaml|json.")
+    ] = "yaml",
+    server: Server = None,
+    token: Token = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option("--idempotency-key", envvar="SIMPLE_IDEMPOTENCY_KEY")
+    ] = None,
+    verbose: Verbose = False,
+) -> None:
+    """Plan and run templates, print the report.
+
+    Exit 0 all succeeded, 1 some failed, 2 usage or input error, 3 budget, 4 cancelled.
+    """
+    setup_logging(verbose)
+    names = names or []
+    if backend is not None and backend not in ("process", "docker", "kubernetes"):
+        raise fail(f"unknown backend {backend!r}; use process, docker or kubernetes")
+    if server and backend:
+        raise fail("--backend applies to the embedded controller; the server has its own")
+    body = run_body(names, budget, priority, parallel, query, seed)
+    with errors_to_exit():
+        if dry_run:
+            _dry_run(body, catalog, backend, output)
+            return
+        if server:
+            with api_client(server, token, catalog) as client:
+                run_id = _start(client, body, idempotency_key)
+                if not wait:
+                    print(run_id)
+                    return
+                final = _wait(client, run_id, as_json)
+                code = _finish(client, final, as_json, junit, markdown)
+        else:
+            code = _run_embedded(body, catalog, backend, as_json, junit, markdown, idempotency_key)
+    raise typer.Exit(int(code))
+
+
+def _dry_run(
+    body: dict[str, Any], catalog: list[Path] | None, backend: str | None, output: str
+) -> None:
+    from controller.api.models import RunCreate
+    from controller.catalog import load_catalog
+    from controller.cli.dry_run import render_run
+    from controller.service import catalog_dirs
+
+    settings = cli_settings(catalog, backend=backend)
+    request = RunCreate.model_validate(body).plan_request()
+    rendered = render_run(load_catalog(catalog_dirs(settings)), request, settings, body["seed"])
+    if output == "json":
+        print(json.dumps(rendered, indent=2))
+    elif output == "yaml":
+        print(yaml.safe_dump(rendered, sort_keys=False), end="")
+    else:
+        raise fail(f"unknown output format {output!r}; use yaml or json")
+
+
+def _run_embedded(
+    body: dict[str, Any],
+    catalog: list[Path] | None,
+    backend: str | None,
+    as_json: bool,
+    junit: Path | None,
+    markdown: Path | None,
+    key: str | None,
+) -> Exit:
+    from controller.cli.embedded import EmbeddedServer
+
+    settings = cli_settings(catalog, backend=backend)
+    with EmbeddedServer(settings) as embedded, api_client(embedded.url, None) as client:
+        run_id = _start(client, body, key)
+        try:
+            final = _wait(client, run_id, as_json)
+        except KeyboardInterrupt:
+            err.print(f"cancelling run {run_id} …")
+            client.post(f"/v1/runs/{run_id}/cancel")
+            final = _wait(client, run_id, True)
+        return _finish(client, final, as_json, junit, markdown)
+
+
+def _start(client: ApiClient, body: dict[str, Any], key: str | None) -> str:
+    headers = {"Idempotency-Key": key} if key else {}
+    run = client.post("/v1/runs", json=body, headers=headers)
+    plan = run["plan"]
+    err.print(
+        f"run {run['run_id']}: {len(plan['selected'])} sandboxes, "
+        f"{plan['max_parallel']} at once, estimated "
+        f"${plan['estimated_cost_usd'][0]:.2f}-${plan['estimated_cost_usd'][1]:.2f}"
+        + (f", {len(plan['excluded'])} excluded" if plan["excluded"] else ""),
+        highlight=False,
+    )
+    for excluded in plan["excluded"]:
+        err.print(f"  excluded {excluded['template_id']}: {excluded['reason']}", highlight=False)
+    return str(run["run_id"])
+
+
+def _wait(client: ApiClient, run_id: str, quiet: bool) -> dict[str, Any]:
+    from controller.cli.progress import follow_run
+
+    states = (
+        data for kind, data in client.stream_events(f"/v1/runs/{run_id}/stream") if kind == "run"
+    )
+    if quiet:
+        import io
+
+        return follow_run(states, io.StringIO())
+    return follow_run(states)
+
+
+def _finish(
+    client: ApiClient,
+    final: dict[str, Any],
+    as_json: bool,
+    junit: Path | None,
+    markdown: Path | None,
+) -> Exit:
+    run_id = final["run_id"]
+    report = client.get(f"/v1/runs/{run_id}/report")
+    if junit:
+        junit.write_text(client.text(f"/v1/runs/{run_id}/report", params={"format": "junit"}))
+    if markdown:
+        markdown.write_text(client.text(f"/v1/runs/{run_id}/report", params={"format": "markdown"}))
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_report(report)
+    return RUN_EXIT.get(report["status"], Exit.FAILED)
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    out = Console()
+    table = Table(title=f"run {report['run_id']}: {report['status']}")
+    for column in ("template", "status", "attempts", "exit", "duration s", "cost $", "error"):
+        table.add_column(column)
+    for s in report["sandboxes"]:
+        table.add_row(
+            s["template_id"],
+            s["status"],
+            str(s["attempts"]),
+            "" if s["exit_code"] is None else str(s["exit_code"]),
+            "" if s["duration_s"] is None else f"{s['duration_s']:.1f}",
+            "" if s["cost_usd"] is None else f"{s['cost_usd']:.2f}",
+            s["error"] or "",
+        )
+    out.print(table)
+    t = report["totals"]
+    out.print(
+        f"{t['succeeded']}/{t['sandboxes']} succeeded, {t['failed']} failed; "
+        f"cost ${t['cost_usd']:.2f}, {t['tokens_used']} tokens, {t['llm_calls']} LLM "
+        f"calls, {t['entities_created']} entities, {t['timepoints_created']} timepoints, "
+        f"mechanisms {', '.join(t['mechanisms_covered'])} "
+        f"({t['mechanism_coverage_pct']}%)",
+        highlight=False,
+    )
+
+
+def plan(
+    names: Annotated[list[str] | None, typer.Argument(help="Suites and/or template ids.")] = None,
+    budget: Annotated[float | None, typer.Option("--budget")] = None,
+    priority: Annotated[Priority, typer.Option("--priority")] = Priority.BALANCED,
+    parallel: Annotated[int | None, typer.Option("--parallel", min=1)] = None,
+    query: Annotated[str | None, typer.Option("--query")] = None,
+    catalog: Catalogs = None,
+    server: Server = None,
+    token: Token = None,
+) -> None:
+    """Plan without running: selected, excluded, cost and time estimates (JSON)."""
+    with errors_to_exit(), api_client(server, token, catalog) as client:
+        print(
+            json.dumps(
+                client.post(
+                    "/v1/plans", json=run_body(names or [], budget, priority, parallel, query, 0)
+                ),
+                indent=2,
+            )
+        )
