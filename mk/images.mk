@@ -1,0 +1,13 @@
+# Container images: simple-sandbox:latest and simple-controller:latest.
+# Included from the top-level Makefile. BASE_IMAGE=... overrides the base image.
+
+.PHONY: images images-sandbox images-controller
+
+images: ## Build the sandbox and controller images (no registry needed)
+	bash docker/build-images.sh sandbox controller
+
+images-sandbox: ## Build only simple-sandbox:latest
+	bash docker/build-images.sh sandbox
+
+images-controller: ## Build only simple-controller:latest
+	bash docker/build-images.sh controller

@@ -1,0 +1,120 @@
+"""Fixtures for backend tests: sandbox specs, and a real Docker engine with our sandbox image.
+
+Docker tests skip when no engine is reachable, except in CI (CI=true) where a
+missing engine is a failure. Each test gets its own run id; everything it
+created is found by that label and removed afterwards, and nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.backends.base import Resources, SandboxSpec
+from sandbox_image.contract import (
+    LABEL_MANAGED_BY,
+    LABEL_MANAGED_BY_VALUE,
+    LABEL_RUN_ID,
+    SandboxEnv,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SANDBOX_IMAGE = "simple-sandbox:latest"
+DUMMY_CONTROLLER_URL = "http://127.0.0.1:9"  # discard port: nothing answers
+
+MakeSpec = Callable[..., SandboxSpec]
+
+
+@pytest.fixture
+def make_spec() -> MakeSpec:
+    """Build a SandboxSpec; keyword arguments override the defaults."""
+
+    def build(
+        sandbox_id: str = "sbx-1",
+        *,
+        run_id: str = "run-1",
+        command: tuple[str, ...] | list[str] = ("python", "-m", "sandbox_image"),
+        image: str = SANDBOX_IMAGE,
+        attempt: int = 1,
+        cpu: str | None = None,
+        memory: str | None = None,
+        pids: int = 256,
+        timeout_s: int = 60,
+    ) -> SandboxSpec:
+        env = SandboxEnv(
+            sandbox_id=sandbox_id,
+            run_id=run_id,
+            template_id="board_meeting",
+            attempt=attempt,
+            template_config={"agents": 2, "steps": 3},
+            seed=7,
+            controller_url=DUMMY_CONTROLLER_URL,
+            sandbox_token="token-" + sandbox_id,
+            snapshot_url=f"{DUMMY_CONTROLLER_URL}/v1/sandboxes/{sandbox_id}/snapshot",
+        )
+        return SandboxSpec(
+            env=env,
+            image=image,
+            command=tuple(command),
+            timeout_s=timeout_s,
+            resources=Resources(cpu=cpu, memory=memory, pids=pids),
+        )
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    """A client of the real engine; skip (fail in CI) when there is none."""
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except Exception as e:
+        message = f"Docker engine not reachable: {e}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client: Any) -> str:
+    """simple-sandbox:latest, built with docker/build-images.sh if missing (slow once)."""
+    docker = pytest.importorskip("docker")
+    try:
+        docker_client.images.get(SANDBOX_IMAGE)
+    except docker.errors.ImageNotFound:
+        subprocess.run(
+            ["bash", str(REPO_ROOT / "docker" / "build-images.sh"), "sandbox"],
+            cwd=REPO_ROOT,
+            check=True,
+            timeout=1200,
+        )
+    return SANDBOX_IMAGE
+
+
+@pytest.fixture
+def docker_run_id(docker_client: Any) -> Iterator[str]:
+    """A run id for this test only; its containers are removed when the test ends."""
+    run_id = f"test-{uuid.uuid4().hex[:12]}"
+    yield run_id
+    docker = pytest.importorskip("docker")
+    leftovers = docker_client.containers.list(
+        all=True,
+        ignore_removed=True,
+        filters={
+            "label": [f"{LABEL_MANAGED_BY}={LABEL_MANAGED_BY_VALUE}", f"{LABEL_RUN_ID}={run_id}"]
+        },
+    )
+    for container in leftovers:
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True)
