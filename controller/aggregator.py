@@ -94,14 +94,7 @@ def _read_private_copy(path: str) -> SnapshotRows:
             _typed(dict(zip(SNAPSHOT_TABLES["runs"], r, strict=True)), _RUN_TYPES, "runs")
             for r in _select(conn, "runs")
         ]
-        steps = [
-            tuple(
-                _typed(
-                    dict(zip(SNAPSHOT_TABLES["steps"], r, strict=True)), _STEP_TYPES, "steps"
-                ).values()
-            )
-            for r in _select(conn, "steps", limit=MAX_STEP_ROWS + 1)
-        ]
+        steps = _checked_steps(conn)
     except sqlite3.DatabaseError as e:
         raise SnapshotRejected(f"snapshot is not a readable SQLite database: {e}") from e
     finally:
@@ -109,6 +102,18 @@ def _read_private_copy(path: str) -> SnapshotRows:
     if not runs:
         raise SnapshotRejected(
             "snapshot's `runs` table is empty", hint="write one row per run into `runs`"
+        )
+    run_ids = [r["run_id"] for r in runs]
+    if len(set(run_ids)) != len(run_ids):
+        repeated = next(r for r in run_ids if run_ids.count(r) > 1)
+        raise SnapshotRejected(
+            f"snapshot's `runs` table repeats run_id {repeated!r:.60}",
+            hint="run_id is the primary key of `runs`",
+        )
+    if len({(s[0], s[1]) for s in steps}) != len(steps):
+        raise SnapshotRejected(
+            "snapshot's `steps` table repeats a (run_id, step)",
+            hint="(run_id, step) is the primary key of `steps`",
         )
     if len(steps) > MAX_STEP_ROWS:
         raise SnapshotRejected(f"snapshot has more than {MAX_STEP_ROWS} step rows")
@@ -140,9 +145,72 @@ def _select(conn: sqlite3.Connection, table: str, limit: int | None = None) -> l
     return conn.execute(sql + (f" LIMIT {limit}" if limit else "")).fetchall()
 
 
+def _checked_steps(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    """The step rows as tuples, after `_typed`'s checks made by SQLite in one scan.
+
+    Snapshots hold many step rows: checking each in Python would cost more than
+    loading it. SQLite finds the first row `_typed` would refuse, and `_typed` says why.
+    """
+    columns = SNAPSHOT_TABLES["steps"]
+    bad = conn.execute(
+        f"SELECT {', '.join(columns)} FROM main.steps WHERE {_refused_sql(_STEP_TYPES)} LIMIT 1"
+    ).fetchone()
+    if bad is not None:
+        _typed(dict(zip(columns, bad, strict=True)), _STEP_TYPES, "steps")
+        raise SnapshotRejected(f"snapshot's `steps` holds an invalid row: {bad!r:.200}")
+    return _select(conn, "steps", limit=MAX_STEP_ROWS + 1)
+
+
+def _refused_sql(types: dict[str, Any]) -> str:
+    """An SQLite condition true for every row `_typed(row, types, ...)` refuses."""
+    valid = []
+    for column, expected in types.items():
+        kinds = expected if isinstance(expected, tuple) else (expected,)
+        name = f'"{column}"'
+        accepted = []
+        if str in kinds:
+            accepted.append(f"(typeof({name}) = 'text' AND length({name}) <= "
+                            f"{_MAX_TEXT.get(column, 0)})")
+        if float in kinds:  # integers too: SQLite stores 3.0 in an untyped column as 3
+            accepted.append(f"(typeof({name}) IN ('integer', 'real') AND {name} BETWEEN 0 "
+                            "AND 1.7976931348623157e308)")
+        elif int in kinds:
+            accepted.append(f"(typeof({name}) = 'integer' AND {name} BETWEEN 0 AND "
+                            f"{_MAX_INT.get(column, 2**63 - 1)})")
+        if type(None) in kinds:
+            accepted.append(f"{name} IS NULL")
+        valid.append("(" + " OR ".join(accepted) + ")")
+    return "NOT (" + " AND ".join(valid) + ")"
+
+
+# Largest integer accepted per column, when less than 64 bits (what the tables hold).
+_MAX_INT = {"step": 2**31 - 1}
+# Longest text accepted per column (what the controller's tables hold).
+_MAX_TEXT = {
+    "run_id": 200,
+    "template_id": 100,
+    "status": 20,
+    "started_at": 64,
+    "finished_at": 64,
+    "mechanisms_used": 4000,
+}
+
+
 def _typed(row: dict[str, Any], types: dict[str, Any], table: str) -> dict[str, Any]:
     for column, expected in types.items():
         value = row[column]
+        if isinstance(value, str) and len(value) > _MAX_TEXT.get(column, 0):
+            raise SnapshotRejected(
+                f"snapshot's `{table}.{column}` is {len(value)} characters long, over the "
+                f"{_MAX_TEXT.get(column, 0)} allowed"
+            )
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+            raise SnapshotRejected(f"snapshot's `{table}.{column}` is negative ({value})")
+        if isinstance(value, int) and value > _MAX_INT.get(column, 2**63 - 1):
+            raise SnapshotRejected(
+                f"snapshot's `{table}.{column}` is {value}, over the largest allowed "
+                f"({_MAX_INT.get(column, 2**63 - 1)})"
+            )
         if isinstance(value, bool) or not isinstance(value, expected):
             raise SnapshotRejected(
                 f"snapshot's `{table}.{column}` holds {type(value).__name__} {value!r:.40}, "
@@ -207,12 +275,23 @@ def load_snapshot(conn: Connection, run_id: str, sandbox_id: str, rows: Snapshot
 def _copy_steps(
     conn: Connection, run_id: str, sandbox_id: str, steps: list[tuple[Any, ...]]
 ) -> None:
-    """PostgreSQL: COPY the step rows, far faster than INSERT for big snapshots."""
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    """PostgreSQL: COPY the step rows in binary, in the caller's transaction.
+
+    Far faster than INSERT for big snapshots; binary spares both sides formatting and
+    parsing text. The types are the columns' (the rows passed `_typed`'s checks).
+    """
+    driver = conn.connection.driver_connection
+    assert driver is not None
     columns = (
         "sandbox_id, run_id, snapshot_run_id, step, duration_ms, actions, failures, "
         "cost_usd, tokens"
     )
-    with cursor.copy(f"COPY result_steps ({columns}) FROM STDIN") as copy:
+    with driver.cursor() as cursor, cursor.copy(
+        f"COPY result_steps ({columns}) FROM STDIN (FORMAT BINARY)"
+    ) as copy:
+        copy.set_types(_COPY_TYPES)
         for s in steps:
             copy.write_row((sandbox_id, run_id, *s))
+
+
+_COPY_TYPES = ["varchar", "varchar", "varchar", "int4", "int8", "int8", "int8", "float8", "int8"]

@@ -8,6 +8,7 @@ template and the field at fault.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from controller.errors import CatalogError, UnknownNameError
 
@@ -34,7 +35,7 @@ class EstimateModel(BaseModel):
     @classmethod
     def _ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
         low, high = value
-        if low < 0 or high < low:
+        if not (math.isfinite(low) and math.isfinite(high)) or low < 0 or high < low:
             raise ValueError(f"must be [min, max] with 0 <= min <= max, got {list(value)}")
         return value
 
@@ -71,7 +72,7 @@ class TemplateModel(BaseModel):
     mechanisms: list[str] = Field(default_factory=list, description="M1..M17")
     tags: list[str] = Field(default_factory=list)
     estimate: EstimateModel
-    timeout_s: int = Field(3600, gt=0, le=7 * 24 * 3600)
+    timeout_s: int = Field(3600, gt=0, le=7 * 24 * 3600, strict=True)
     resources: ResourcesModel = Field(default_factory=ResourcesModel)
     image: str | None = None
     command: list[str] | None = None
@@ -92,11 +93,12 @@ class TemplateModel(BaseModel):
             raise ValueError(f"unknown mechanisms {bad}; use M1 to M17")
         return value
 
-    @model_validator(mode="after")
-    def _command(self) -> TemplateModel:
-        if self.command is not None and not self.command:
-            raise ValueError("command must not be empty")
-        return self
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("must not be empty; leave it out to use the built-in runtime")
+        return value
 
 
 class CatalogFileModel(BaseModel):
@@ -175,18 +177,28 @@ class Catalog:
 def load_catalog(dirs: Iterable[Path]) -> Catalog:
     """Load and merge catalog directories, later ones over earlier ones."""
     templates: dict[str, Template] = {}
-    suites: dict[str, list[str]] = {}
+    suites: dict[str, tuple[list[str], Path]] = {}
     for directory in dirs:
         if not directory.is_dir():
             raise CatalogError(
                 f"catalog directory {directory} does not exist",
                 hint="pass an existing directory to --catalog or SIMPLE_CATALOG_DIRS",
             )
+        in_directory: dict[str, Path] = {}
         for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
             file_templates, file_suites = _load_file(path)
             for template in file_templates:
+                if template.id in in_directory:
+                    raise CatalogError(
+                        f"{path}: template {template.id!r}: field 'id': already defined in "
+                        f"{in_directory[template.id]}",
+                        hint="one directory defines a template once; a later directory "
+                        "may override it",
+                        field="id",
+                    )
+                in_directory[template.id] = path
                 templates[template.id] = template
-            suites.update(file_suites)
+            suites.update({name: (members, path) for name, members in file_suites.items()})
     return _finish(templates, suites)
 
 
@@ -241,17 +253,19 @@ def _to_template(model: TemplateModel, source: str) -> Template:
     )
 
 
-def _finish(templates: dict[str, Template], suites: dict[str, list[str]]) -> Catalog:
+def _finish(templates: dict[str, Template], suites: dict[str, tuple[list[str], Path]]) -> Catalog:
     merged: dict[str, tuple[str, ...]] = {}
     for template in templates.values():
         merged.setdefault(template.category, ())
         merged[template.category] += (template.id,)
-    for name, members in suites.items():
+    for name, (members, path) in suites.items():
         missing = [m for m in members if m not in templates]
         if missing:
             raise CatalogError(
-                f"suite {name!r} names unknown templates: {', '.join(missing)}",
+                f"{path}: suite {name!r}: field 'suites.{name}': unknown templates: "
+                f"{', '.join(missing)}",
                 hint="define them under `templates:` or remove them from the suite",
+                field=f"suites.{name}",
             )
         merged[name] = tuple(dict.fromkeys(members))
     return Catalog(templates=templates, suites=merged)

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, select, update
+from sqlalchemy.exc import SQLAlchemyError
 
 from controller.aggregator import load_snapshot, read_snapshot
 from controller.backends.base import Backend
@@ -75,6 +76,37 @@ def finish_attempt(
             return
         if problem:
             values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
+    try:
+        if not _record(engine, row, outcome, values, rows, now):
+            return
+    except SQLAlchemyError as e:  # a snapshot the database refuses must not wedge the sandbox
+        if rows is None:
+            raise
+        logger.warning("snapshot of %s could not be loaded: %s", row.id, e)
+        problem = f"snapshot rejected: the database refused its rows ({type(e).__name__})"
+        values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
+        if not _record(engine, row, outcome, values, None, now):
+            return
+    if not retry:
+        logger.info(
+            "sandbox %s ended %s after %d attempt(s)%s",
+            row.id,
+            outcome.status.value,
+            row.attempt,
+            f": {values['error']}" if values["error"] else "",
+        )
+    _remove(backend, row.id)
+
+
+def _record(
+    engine: Engine,
+    row: Any,
+    outcome: Outcome,
+    values: dict[str, Any],
+    rows: Any,
+    now: datetime,
+) -> bool:
+    """Write the attempt's end (and its snapshot rows) in one transaction; False if stale."""
     with engine.begin() as conn:
         done = conn.execute(
             update(sandboxes)
@@ -86,7 +118,7 @@ def finish_attempt(
             .values(**values, aggregated=rows is not None)
         ).rowcount
         if not done:
-            return
+            return False
         conn.execute(
             update(attempts)
             .where(attempts.c.sandbox_id == row.id, attempts.c.attempt == row.attempt)
@@ -101,15 +133,7 @@ def finish_attempt(
         )
         if rows is not None:
             load_snapshot(conn, row.run_id, row.id, rows)
-    if not retry:
-        logger.info(
-            "sandbox %s ended %s after %d attempt(s)%s",
-            row.id,
-            outcome.status.value,
-            row.attempt,
-            f": {values['error']}" if values["error"] else "",
-        )
-    _remove(backend, row.id)
+    return True
 
 
 def _should_retry(engine: Engine, settings: Settings, row: Any, outcome: Outcome) -> bool:

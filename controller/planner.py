@@ -4,10 +4,11 @@ Priorities follow the seed's cost optimiser:
 - `speed`: everything at once (up to 64), longest first so the makespan is short;
 - `cost`: cheapest first in small batches (2 at a time), so a budget stop
   hits the expensive ones;
-- `balanced`: cheap templates (max estimate under $20) first and in parallel,
+- `balanced`: cheap templates (max estimate under $10) first and in parallel,
   expensive ones one at a time.
-With a budget, templates are taken in launch order while the sum of their
-max estimates stays within it; the rest are excluded with the reason.
+With a budget, templates are kept cheapest first (by max estimate) while the
+sum of their max estimates stays within it, so the budget holds as many as it
+can; the rest are excluded with the reason. The kept ones keep the priority's order.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from controller.errors import InputError, UnknownNameError
 
 MAX_WORKERS = 64
 COST_PRIORITY_PARALLEL = 2
-EXPENSIVE_USD = 20.0
+EXPENSIVE_USD = 10.0
 
 
 class Priority(StrEnum):
@@ -158,13 +159,14 @@ def _fit_budget(
         return ordered, []
     if budget <= 0:
         raise InputError("budget_usd must be positive", field="budget_usd")
-    selected: list[Template] = []
+    kept: set[str] = set()
     excluded: list[Exclusion] = []
     total = 0.0
-    for template in ordered:
+    # Cheapest (max estimate) first: as many templates as the budget holds.
+    for template in sorted(ordered, key=lambda t: t.cost_usd[1]):
         high = template.cost_usd[1]
         if total + high <= budget + 1e-9:
-            selected.append(template)
+            kept.add(template.id)
             total += high
         else:
             excluded.append(
@@ -174,7 +176,7 @@ def _fit_budget(
                     f"${total + high:.2f}, above the ${budget:.2f} budget",
                 )
             )
-    return selected, excluded
+    return [t for t in ordered if t.id in kept], excluded
 
 
 def _parallelism(selected: list[Template], request: PlanRequest) -> tuple[int, int | None]:
@@ -208,9 +210,8 @@ def _is_expensive(template: Template) -> bool:
     return template.cost_usd[1] >= EXPENSIVE_USD
 
 
-_BUDGET = re.compile(
-    r"(?:under|below|budget|max|<)\s*\$?\s*([0-9]+(?:\.[0-9]+)?)|\$([0-9]+(?:\.[0-9]+)?)"
-)
+_NUMBER = r"([0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?)"
+_BUDGET = re.compile(rf"(?:under|below|budget|max|<)\s*\$?\s*{_NUMBER}|\${_NUMBER}")
 _PRIORITY_WORDS = {
     Priority.SPEED: ("fast", "speed", "quickly", "asap"),
     Priority.COST: ("cheap", "save money", "cost", "frugal"),
@@ -234,7 +235,7 @@ def _apply_query(catalog: Catalog, request: PlanRequest) -> PlanRequest:
     budget = request.budget_usd
     match = _BUDGET.search(text)
     if match and budget is None:
-        budget = float(match.group(1) or match.group(2))
+        budget = float((match.group(1) or match.group(2)).replace(",", ""))
     priority = request.priority
     for candidate, words in _PRIORITY_WORDS.items():
         if any(w in text for w in words):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Connection, Engine, select, text
@@ -30,8 +31,10 @@ FROM result_runs WHERE run_id = :run_id GROUP BY sandbox_id
 _BY_TEMPLATE_SQL = """
 SELECT template_id, COUNT(*), SUM(cost_usd), SUM(tokens_used), SUM(llm_calls),
        SUM(entities_created), SUM(timepoints_created)
-FROM result_runs WHERE run_id = :run_id GROUP BY template_id ORDER BY template_id
+FROM result_runs WHERE run_id = :run_id GROUP BY template_id ORDER BY template_id{collate}
 """
+# PostgreSQL sorts text by its locale (en_US ignores `_`); "C" sorts as SQLite does.
+_COLLATE = {"sqlite": "", "postgresql": ' COLLATE "C"'}
 _BY_MECHANISM_SQL = {
     "sqlite": """
 SELECT j.value AS mechanism, COUNT(DISTINCT r.template_id), SUM(r.cost_usd), AVG(r.cost_usd)
@@ -42,7 +45,8 @@ GROUP BY j.value ORDER BY SUM(r.cost_usd) DESC, mechanism
 SELECT m.mechanism, COUNT(DISTINCT r.template_id), SUM(r.cost_usd), AVG(r.cost_usd)
 FROM result_runs r CROSS JOIN LATERAL jsonb_array_elements_text(r.mechanisms_used::jsonb)
   AS m(mechanism)
-WHERE r.run_id = :run_id GROUP BY m.mechanism ORDER BY SUM(r.cost_usd) DESC, m.mechanism
+WHERE r.run_id = :run_id GROUP BY m.mechanism
+ORDER BY SUM(r.cost_usd) DESC, m.mechanism COLLATE "C"
 """,
 }
 
@@ -57,23 +61,31 @@ def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
             select(sandboxes).where(sandboxes.c.run_id == run_id).order_by(sandboxes.c.position)
         ).all()
         params = {"run_id": run_id}
-        totals = conn.execute(text(_TOTALS_SQL), params).one()
-        by_sandbox = {r[0]: r[1:] for r in conn.execute(text(_BY_SANDBOX_SQL), params)}
-        by_template = conn.execute(text(_BY_TEMPLATE_SQL), params).all()
-        by_mechanism = _mechanism_rows(conn, run_id)
+        dialect = "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
+        totals = _plain(conn.execute(text(_TOTALS_SQL), params).one())
+        by_sandbox = {r[0]: r[1:] for r in _rows(conn, _BY_SANDBOX_SQL, params)}
+        by_template = _rows(conn, _BY_TEMPLATE_SQL.format(collate=_COLLATE[dialect]), params)
+        by_mechanism = _rows(conn, _BY_MECHANISM_SQL[dialect], params)
     return build_report(
         run._asdict(),
         [r._asdict() for r in rows],
-        tuple(totals),
+        totals,
         by_sandbox,
-        [tuple(r) for r in by_template],
+        by_template,
         by_mechanism,
     )
 
 
-def _mechanism_rows(conn: Connection, run_id: str) -> list[tuple[Any, ...]]:
-    sql = _BY_MECHANISM_SQL["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
-    return [tuple(r) for r in conn.execute(text(sql), {"run_id": run_id})]
+def _rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [_plain(r) for r in conn.execute(text(sql), params)]
+
+
+def _plain(row: Any) -> tuple[Any, ...]:
+    """Python numbers: PostgreSQL's SUM of integers is a numeric, which comes as Decimal."""
+    return tuple(
+        (int(v) if v == v.to_integral_value() else float(v)) if isinstance(v, Decimal) else v
+        for v in row
+    )
 
 
 def build_report(
@@ -100,7 +112,7 @@ def build_report(
             "failed": sum(1 for s in statuses if s in FAILED_SANDBOX),
             "cancelled": statuses.count(SandboxStatus.CANCELLED),
             "skipped": statuses.count(SandboxStatus.SKIPPED),
-            "cost_usd": round(float(totals[0]), 4),
+            "cost_usd": round(float(totals[0]), 6),
             "tokens_used": int(totals[1]),
             "llm_calls": int(totals[2]),
             "entities_created": int(totals[3]),
@@ -165,7 +177,7 @@ def _mechanism_order(name: str) -> tuple[int, str]:
 
 
 def _round(value: Any) -> float | None:
-    return None if value is None else round(float(value), 4)
+    return None if value is None else round(float(value), 6)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from controller.catalog import Catalog, Template
 from controller.db.schema import runs, sandboxes
-from controller.errors import ConflictError, NotFoundError
+from controller.errors import ConflictError, InputError, NotFoundError
 from controller.planner import Plan, PlanRequest, plan
 from controller.report import attempt_rows
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus
@@ -75,6 +75,13 @@ def create_run(
         if existing:
             return existing, False
     the_plan = plan(catalog, request)
+    if not the_plan.selected:
+        reasons = "; ".join(f"{e.template_id}: {e.reason}" for e in the_plan.excluded[:3])
+        raise InputError(
+            f"nothing would run: the budget excludes every template ({reasons})",
+            hint="raise budget_usd or pick cheaper templates; POST /v1/plans shows the plan",
+            field="budget_usd",
+        )
     run_id = new_run_id()
     now = datetime.now(UTC)
     try:
@@ -213,7 +220,7 @@ def public_sandbox(row: dict[str, Any]) -> dict[str, Any]:
         "error": row["error"],
         "step": row["step"],
         "steps_total": row["steps_total"],
-        "cost_usd": round(row["cost_usd"] + row["prior_cost_usd"], 4),
+        "cost_usd": round(row["cost_usd"] + row["prior_cost_usd"], 6),
         "tokens": row["tokens"],
         "last_seq": row["last_seq"],
         "launched_at": _iso(row["launched_at"]),

@@ -53,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-PRICE_PER_1K_TOKENS_USD = 0.02  # a 6-agent x 7-step template costs about $2.5
+PRICE_PER_1K_TOKENS_USD = 0.004  # a 6-agent x 7-step template costs about $0.5
 TOKENS_PER_CALL = (400, 1600)
 ENTITY_CHANCE = 0.3
 BRANCH_CHANCE = 0.5

@@ -53,7 +53,7 @@ def tiny_catalog(catalog_dir: Callable[[str], Path]) -> Path:
             config: {agents: 2, steps: 2, llm_latency_ms: 5, exit_code: 42}
           - id: tiny_pricey
             category: tiny
-            estimate: {cost_usd: [0.1, 0.5], runtime_s: [1, 2]}
+            estimate: {cost_usd: [0.01, 0.05], runtime_s: [1, 2]}
             config: {agents: 4, steps: 8, llm_latency_ms: 5}
           - id: tiny_slow
             category: tiny
@@ -111,7 +111,7 @@ def test_exit_3_when_the_budget_stops_the_run(settings: Settings, tiny_catalog: 
         "tiny_pricey",
         "tiny_ok",
         "--budget",
-        "1",
+        "0.1",
         "--parallel",
         "1",
         "--priority",

@@ -112,17 +112,21 @@ def test_cancel_stops_running_and_skips_pending(
 def test_budget_stop_ends_the_run_budget_exceeded(
     settings: Settings, catalog_dir: Callable[[str], Path]
 ) -> None:
-    # Each estimates at most $0.5, but the runtime reports a few dollars: the first
-    # one's reported cost passes the $1 budget, so the rest never start.
+    # Each estimates at most $0.05, but the runtime reports about $0.2: the first
+    # one's reported cost passes the $0.1 budget, so the rest never start.
     catalog = _catalog(
-        catalog_dir, {f"pricey{i}": {"config": {"steps": 6, "agents": 3}} for i in range(2)}
+        catalog_dir,
+        {
+            f"pricey{i}": {"cost": [0.01, 0.05], "config": {"steps": 6, "agents": 3}}
+            for i in range(2)
+        },
     )
     with _serve(settings, catalog) as server:
         run_id = start_run(
             server.url,
             {
                 "templates": ["pricey0", "pricey1"],
-                "budget_usd": 1.0,
+                "budget_usd": 0.1,
                 "max_parallel": 1,
                 "priority": "cost",
             },

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from controller.errors import UnauthorizedError
 from controller.service import Controller
@@ -18,28 +20,40 @@ def get_controller(request: Request) -> Controller:
 
 ControllerDep = Annotated[Controller, Depends(get_controller)]
 
+# Declared in the OpenAPI schema (so /docs and API tools know to send it); the check
+# itself is ours, so a missing or wrong token gets our JSON error with a hint.
+api_token_scheme = HTTPBearer(
+    auto_error=False,
+    scheme_name="apiToken",
+    description="A token from the server's SIMPLE_API_TOKENS (needed when any are set).",
+)
+BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(api_token_scheme)]
 
-def require_api_token(
-    controller: ControllerDep,
-    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-) -> None:
+
+def require_api_token(controller: ControllerDep, credentials: BearerCredentials = None) -> None:
     """Every /v1 route but sandbox events needs a token from SIMPLE_API_TOKENS, if any are set."""
     tokens = controller.settings.api_tokens
     if not tokens:
         return
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not token:
+    token = credentials.credentials.strip() if credentials else ""
+    if not token:
         raise UnauthorizedError(
             "this API needs a token",
             hint="send `Authorization: Bearer <token>` (simplectl --token or SIMPLE_TOKEN)",
         )
-    matched = False
-    for candidate in tokens:  # compare with every token, so timing says nothing
-        matched |= hmac.compare_digest(token.strip().encode(), candidate.encode())
-    if not matched:
+    if not _listed(token, tokens):
         raise UnauthorizedError(
             "invalid API token", hint="use a token listed in the server's SIMPLE_API_TOKENS"
         )
+
+
+def _listed(token: str, tokens: list[str]) -> bool:
+    """Constant time: every token is compared, on digests of equal length."""
+    given = hashlib.sha256(token.encode()).digest()
+    matched = False
+    for candidate in tokens:
+        matched |= hmac.compare_digest(given, hashlib.sha256(candidate.encode()).digest())
+    return matched
 
 
 Authorized = Depends(require_api_token)

@@ -36,6 +36,15 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        if first.get("type") == "json_invalid":
+            return JSONResponse(
+                error_body(
+                    "invalid_input",
+                    f"the body is not valid JSON: {first['msg']}",
+                    "send a JSON object",
+                ),
+                status_code=422,
+            )
         loc = [str(p) for p in first["loc"] if p != "body"]
         field = ".".join(loc) or None
         message = f"{field}: {first['msg']}" if field else str(first["msg"])

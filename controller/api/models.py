@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     AwareDatetime,
@@ -14,8 +14,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import JsonDict
 
 from controller.planner import PlanRequest, Priority
+from controller.states import RunStatus, SandboxStatus
 from sandbox_image.contract import EventType
 
 
@@ -70,10 +72,36 @@ class FailureError(BaseModel):
     transient: bool
 
 
+# What `_failed_has_error` checks, said in the schema too, so clients and API tools see it.
+_FAILED_NEEDS_ERROR: JsonDict = {
+    "if": {"properties": {"type": {"const": "failed"}}, "required": ["type"]},
+    "then": {
+        "properties": {
+            "data": {
+                "type": "object",
+                "required": ["error"],
+                "properties": {
+                    "error": {
+                        "type": "object",
+                        "required": ["type", "message", "transient"],
+                        "properties": {
+                            "type": {"type": "string", "minLength": 1, "maxLength": 200},
+                            "message": {"type": "string", "maxLength": 10_000},
+                            "transient": {"type": "boolean"},
+                        },
+                    }
+                },
+            }
+        },
+        "required": ["data"],
+    },
+}
+
+
 class EventIn(BaseModel):
     """One sandbox event, as the contract defines it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_FAILED_NEEDS_ERROR)
     id: str = Field(min_length=1, max_length=100, description="Unique per event")
     seq: int = Field(ge=1, le=2**31 - 1, description="Increases by one per sandbox")
     type: EventType
@@ -124,3 +152,235 @@ class RunCreated(BaseModel):
     run_id: str
     status: str
     created_at: datetime | None = None
+
+
+# --- Responses -------------------------------------------------------------------------
+# Each response model allows extra fields, so a field added on the server side shows
+# up at once; the fields listed here are the contract clients may rely on.
+
+ID_PATTERN = r"^[a-z0-9-]{1,63}$"
+"""Run and sandbox ids: lowercase `[a-z0-9-]`, at most 63 characters (a Kubernetes name)."""
+
+Timestamp = Annotated[
+    str | None, Field(json_schema_extra={"format": "date-time"}, description="ISO 8601, UTC")
+]
+
+ERROR_DESCRIPTIONS = {
+    400: "The body could not be read (not UTF-8 or not JSON)",
+    401: "No API token, or not one of SIMPLE_API_TOKENS (sandbox routes: not the sandbox's "
+    "token, or the sandbox has ended)",
+    403: "Another sandbox's token, or an attempt that is over",
+    404: "No such run or sandbox",
+    409: "A conflict: an Idempotency-Key or event id reused with another body",
+    413: "The upload is over the size limit",
+    422: "The request does not fit the schema, or names what the catalog does not have; "
+    "`error.field` names the offending field",
+    503: "A dependency (database, store, backend) is unavailable; retry later",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for FastAPI: each code with the ErrorResponse model."""
+    return {
+        code: {"model": ErrorResponse, "description": ERROR_DESCRIPTIONS[code]} for code in codes
+    }
+
+
+class _Public(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Estimate(_Public):
+    cost_usd: list[float] = Field(min_length=2, max_length=2, description="[min, max] in USD")
+    runtime_s: list[float] = Field(min_length=2, max_length=2, description="[min, max] seconds")
+
+
+class Resources(_Public):
+    cpu: str
+    memory: str
+
+
+class TemplatePublic(_Public):
+    """One catalog entry."""
+
+    id: str
+    category: str
+    description: str
+    mechanisms: list[str]
+    tags: list[str]
+    estimate: Estimate
+    timeout_s: int
+    resources: Resources
+    image: str | None
+    command: list[str] | None
+    config: dict[str, Any]
+
+
+class TemplateList(_Public):
+    templates: list[TemplatePublic]
+    count: int
+    suites: dict[str, list[str]] = Field(description="Suite name to template ids")
+
+
+class Exclusion(_Public):
+    template_id: str
+    reason: str
+
+
+class PlanPublic(_Public):
+    """What would run (in launch order), what not and why, and what it would cost."""
+
+    selected: list[str]
+    excluded: list[Exclusion]
+    estimated_cost_usd: list[float] = Field(min_length=2, max_length=2)
+    estimated_runtime_s: list[float] = Field(min_length=2, max_length=2)
+    max_parallel: int
+    max_parallel_expensive: int | None = None
+    expensive: list[str] = Field(default_factory=list)
+    priority: Priority
+    budget_usd: float | None
+
+
+class SandboxPublic(_Public):
+    """One sandbox of a run, with its progress as its events report it."""
+
+    sandbox_id: str
+    run_id: str
+    template_id: str
+    status: SandboxStatus
+    attempts: int
+    exit_code: int | None
+    error: str | None
+    step: int | None
+    steps_total: int | None
+    cost_usd: float
+    tokens: int
+    last_seq: int
+    launched_at: Timestamp
+    started_at: Timestamp
+    finished_at: Timestamp
+    aggregated: bool
+
+
+class AttemptPublic(_Public):
+    sandbox_id: str
+    attempt: int
+    status: str
+    exit_code: int | None
+    error: str | None
+    cost_usd: float | None
+    started_at: Timestamp
+    finished_at: Timestamp
+
+
+class SandboxDetail(SandboxPublic):
+    attempt_history: list[AttemptPublic]
+
+
+class RunSummary(_Public):
+    run_id: str
+    status: RunStatus
+    backend: str
+    plan: PlanPublic
+    request: dict[str, Any] = Field(description="The body the run was created with")
+    budget_usd: float | None
+    max_parallel: int
+    cancel_requested: bool
+    error: str | None
+    created_at: Timestamp
+    started_at: Timestamp
+    finished_at: Timestamp
+
+
+class RunPublic(RunSummary):
+    """A run with its sandboxes."""
+
+    sandboxes: list[SandboxPublic]
+
+
+class RunList(_Public):
+    runs: list[RunSummary] = Field(description="Newest first")
+
+
+class ReportSandbox(_Public):
+    sandbox_id: str
+    template_id: str
+    status: SandboxStatus
+    attempts: int
+    exit_code: int | None
+    duration_s: float | None
+    cost_usd: float | None = Field(description="From its accepted snapshots; null without any")
+    tokens_used: int | None
+    llm_calls: int | None
+    error: str | None
+
+
+class ReportTotals(_Public):
+    sandboxes: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    skipped: int
+    cost_usd: float
+    tokens_used: int
+    llm_calls: int
+    entities_created: int
+    timepoints_created: int
+    mechanisms_covered: list[str]
+    mechanism_coverage_pct: float
+
+
+class ReportByTemplate(_Public):
+    template_id: str
+    runs: int
+    cost_usd: float | None
+    tokens_used: int | None
+    llm_calls: int | None
+    entities_created: int | None
+    timepoints_created: int | None
+
+
+class ReportByMechanism(_Public):
+    mechanism: str
+    templates_using: int
+    total_cost_usd: float | None
+    avg_cost_usd: float | None
+
+
+class Report(_Public):
+    """The aggregated outcome of a run (JSON; also ?format=junit or markdown)."""
+
+    run_id: str
+    status: RunStatus
+    created_at: Timestamp
+    finished_at: Timestamp
+    plan: PlanPublic
+    sandboxes: list[ReportSandbox]
+    totals: ReportTotals
+    by_template: list[ReportByTemplate]
+    by_mechanism: list[ReportByMechanism]
+
+
+class SnapshotStored(_Public):
+    key: str = Field(description="Where the store keeps it")
+    bytes: int
+
+
+class StreamedEvent(_Public):
+    """`data` of a `sandbox-event` message: one event a sandbox posted, as stored."""
+
+    id: int = Field(description="Its place in the run's stream (the message id)")
+    sandbox_id: str
+    event_id: str
+    attempt: int
+    seq: int
+    type: str = Field(description="started, progress, error, completed or failed")
+    time: Timestamp
+    data: dict[str, Any]
+
+
+class StreamEnd(_Public):
+    """`data` of the `end` message: the run is over."""
+
+    run_id: str
+    status: RunStatus

@@ -96,7 +96,7 @@ def test_a_template_run_reports_everything(fake_controller: Recorder, tmp_path: 
                 "timepoints_created"):
         assert run_row[key] == totals[key] and run_row[key] > 0
     assert progress[-1]["data"]["cost_usd"] == run_row["cost_usd"]
-    assert 1.0 < run_row["cost_usd"] < 6.0
+    assert 0.2 < run_row["cost_usd"] < 1.2
     checkpoint_row, checkpoint_steps = snapshot_rows(fake_controller.puts[0], tmp_path)
     assert checkpoint_row["status"] == "running" and len(checkpoint_steps) == 5
     assert "started" in stderr and "step 7/7" in stderr and "exiting with code 0" in stderr

@@ -73,7 +73,7 @@ def test_totals_add_up_and_are_plausible() -> None:
     assert totals.llm_calls == sum(s.llm_calls for s in sink.steps) >= 6 * 7 * 2
     assert totals.cost_usd == pytest.approx(sum(s.cost_usd for s in sink.steps))
     assert totals.cost_usd == pytest.approx(totals.tokens_used * PRICE_PER_1K_TOKENS_USD / 1000)
-    assert 1.0 < totals.cost_usd < 6.0  # "a few dollars" for a 6 x 7 template
+    assert 0.2 < totals.cost_usd < 1.2  # about half a dollar for a 6 x 7 template
     assert totals.entities_created >= 6 and totals.timepoints_created == 7
     assert all(s.actions == 6 and s.failures == 0 for s in sink.steps)
 

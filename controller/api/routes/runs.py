@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.models import ErrorResponse, RunCreate
+from controller.api.models import Report, RunCreate, RunList, RunPublic, error_responses
 from controller.report import fetch_report
 from controller.report_formats import report_junit, report_markdown
 from controller.runs import cancel_run, create_run, get_run, list_runs
@@ -17,24 +17,36 @@ router = APIRouter(
     prefix="/v1/runs",
     tags=["runs"],
     dependencies=[Authorized],
-    responses={
-        401: {"model": ErrorResponse},
-        404: {"model": ErrorResponse},
-        422: {"model": ErrorResponse},
-    },
+    responses=error_responses(401, 422),
 )
 
 
 @router.post(
     "",
     status_code=201,
-    responses={200: {"description": "Idempotent replay"}, 409: {"model": ErrorResponse}},
+    response_model=RunPublic,
+    response_description="The run, created",
+    responses={
+        200: {
+            "model": RunPublic,
+            "description": "The run created earlier with this Idempotency-Key and body",
+        },
+        **error_responses(400, 409),
+    },
 )
 def start_run(
     body: RunCreate,
     controller: ControllerDep,
     response: Response,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            max_length=200,
+            description="The same key and body return the same run (200); the same key "
+            "with another body is 409. Use your CI job's id so a retried step starts no "
+            "second run.",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Plan and start a run; the same Idempotency-Key and body return the same run."""
     run_id, created = create_run(
@@ -54,7 +66,7 @@ def start_run(
     return get_run(controller.engine, run_id)
 
 
-@router.get("")
+@router.get("", response_model=RunList)
 def runs_list(
     controller: ControllerDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -64,13 +76,13 @@ def runs_list(
     return {"runs": list_runs(controller.engine, limit, status)}
 
 
-@router.get("/{run_id}")
+@router.get("/{run_id}", response_model=RunPublic, responses=error_responses(404))
 def run_get(run_id: str, controller: ControllerDep) -> dict[str, Any]:
     """One run with its sandboxes and their progress."""
     return get_run(controller.engine, run_id)
 
 
-@router.post("/{run_id}/cancel")
+@router.post("/{run_id}/cancel", response_model=RunPublic, responses=error_responses(404))
 def run_cancel(run_id: str, controller: ControllerDep) -> dict[str, Any]:
     """Stop every sandbox of the run."""
     result = cancel_run(controller.engine, run_id)
@@ -79,7 +91,19 @@ def run_cancel(run_id: str, controller: ControllerDep) -> dict[str, Any]:
 
 
 @router.get(
-    "/{run_id}/report", responses={200: {"content": {"application/xml": {}, "text/markdown": {}}}}
+    "/{run_id}/report",
+    response_model=Report,
+    responses={
+        200: {
+            "content": {
+                "application/xml": {"schema": {"type": "string"}},
+                "text/markdown": {"schema": {"type": "string"}},
+            },
+            "description": "JSON by default; JUnit XML (one testcase per sandbox) with "
+            "?format=junit; a Markdown summary with ?format=markdown",
+        },
+        **error_responses(404),
+    },
 )
 def run_report(
     run_id: str,

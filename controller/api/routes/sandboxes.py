@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy import select
 
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.models import ErrorResponse, EventBatch, EventsAccepted
+from controller.api.models import (
+    EventBatch,
+    EventsAccepted,
+    SandboxDetail,
+    SnapshotStored,
+    error_responses,
+)
 from controller.db.schema import sandboxes
 from controller.errors import (
     ForbiddenError,
@@ -19,24 +26,46 @@ from controller.errors import (
     SimpleError,
     UnauthorizedError,
 )
-from controller.ingest import IncomingEvent, ingest_events, load_sandbox
+from controller.ingest import (
+    PERSISTENCE_FLAG,
+    EventRequest,
+    EventWriter,
+    IncomingEvent,
+    answer_without_storing,
+    load_sandbox,
+)
 from controller.runs import get_sandbox
 from controller.states import SandboxStatus
 from controller.store.base import snapshot_key
 from controller.tokens import signature_matches
 
-router = APIRouter(
-    prefix="/v1/sandboxes", tags=["sandboxes"], responses={404: {"model": ErrorResponse}}
+router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=error_responses(404, 422))
+
+
+@router.get(
+    "/{sandbox_id}",
+    dependencies=[Authorized],
+    response_model=SandboxDetail,
+    responses=error_responses(401),
 )
-
-
-@router.get("/{sandbox_id}", dependencies=[Authorized])
 def sandbox_get(sandbox_id: str, controller: ControllerDep) -> dict[str, Any]:
     """One sandbox with its attempts."""
     return get_sandbox(controller.engine, sandbox_id)
 
 
-@router.get("/{sandbox_id}/logs", dependencies=[Authorized], response_class=PlainTextResponse)
+@router.get(
+    "/{sandbox_id}/logs",
+    dependencies=[Authorized],
+    response_class=Response,  # the 200 is text; the errors stay JSON in the schema
+    responses={
+        200: {
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+            "description": "stdout and stderr of the latest attempt; with follow=true, "
+            "streamed until the sandbox ends",
+        },
+        **error_responses(401),
+    },
+)
 def sandbox_logs(sandbox_id: str, controller: ControllerDep, follow: bool = False) -> Any:
     """The sandbox's output: live while it runs, archived afterwards."""
     row = load_sandbox(controller.engine, sandbox_id)
@@ -74,31 +103,46 @@ def _follow(controller: Any, sandbox_id: str) -> Iterator[bytes]:
 @router.post(
     "/{sandbox_id}/events",
     response_model=EventsAccepted,
-    responses={
-        401: {"model": ErrorResponse},
-        403: {"model": ErrorResponse},
-        409: {"model": ErrorResponse},
-        422: {"model": ErrorResponse},
-    },
+    responses=error_responses(400, 401, 403, 409, 503),
 )
-def post_events(
+async def post_events(
     sandbox_id: str,
     batch: EventBatch,
+    request: Request,
     controller: ControllerDep,
     authorization: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
-    """The sandbox contract: store each (sandbox, event id) once; replays get the same answer."""
-    incoming = [IncomingEvent(e.id, e.seq, e.type, e.time, e.data) for e in batch.events]
-    return ingest_events(controller.engine, sandbox_id, authorization, incoming)
+    """The sandbox contract: store each (sandbox, event id) once; replays get the same answer.
+
+    The answer comes after the commit; concurrent batches share one (group commit).
+    """
+    incoming = EventRequest(
+        sandbox_id,
+        authorization,
+        [IncomingEvent(e.id, e.seq, e.type, e.time, e.data) for e in batch.events],
+    )
+    state = request.app.state
+    if not getattr(state, PERSISTENCE_FLAG, True):
+        return answer_without_storing(incoming)
+    writer: EventWriter | None = getattr(state, "event_writer", None)
+    if writer is None or writer.engine is not controller.engine:
+        writer = state.event_writer = EventWriter(controller.engine)
+    return await asyncio.wrap_future(writer.submit(incoming))
 
 
 @router.put(
     "/{sandbox_id}/snapshot",
     status_code=201,
-    responses={
-        401: {"model": ErrorResponse},
-        403: {"model": ErrorResponse},
-        413: {"model": ErrorResponse},
+    response_model=SnapshotStored,
+    responses=error_responses(401, 403, 413),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "The SQLite snapshot file",
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        }
     },
 )
 async def put_snapshot(

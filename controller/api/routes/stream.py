@@ -17,12 +17,12 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Path
 from fastapi.responses import StreamingResponse
 from sqlalchemy import Engine, select
 
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.models import ErrorResponse
+from controller.api.models import ID_PATTERN, StreamedEvent, StreamEnd, error_responses
 from controller.db.schema import events
 from controller.runs import get_run
 from controller.states import ACTIVE_RUN
@@ -37,18 +37,53 @@ KEEPALIVE_S = 15.0
 BATCH = 500
 
 
+def _message(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """The schema of one message (Open API 3.1: an event-stream's schema is per event)."""
+    return {
+        "type": "object",
+        "required": ["event", "id", "data"],
+        "properties": {
+            "event": {"const": kind},
+            "id": {"type": "string", "pattern": "^[0-9]+$"},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": data,
+            },
+        },
+    }
+
+
+_MESSAGE_SCHEMA = {
+    "oneOf": [
+        _message("run", {"$ref": "#/components/schemas/RunPublic"}),
+        _message("sandbox-event", StreamedEvent.model_json_schema()),
+        _message("end", StreamEnd.model_json_schema(ref_template="#/components/schemas/{model}")),
+    ]
+}
+
+
 @router.get(
     "/{run_id}/stream",
     response_class=StreamingResponse,
     responses={
-        200: {"content": {"text/event-stream": {}}, "description": "Server-sent events"},
-        404: {"model": ErrorResponse},
+        200: {
+            "content": {"text/event-stream": {"schema": _MESSAGE_SCHEMA}},
+            "description": "Server-sent events, each with an `id` (resume with Last-Event-ID): "
+            "`run` (the run with its sandboxes, as GET /v1/runs/{run_id}; first, then on "
+            "every change), `sandbox-event` (one event a sandbox posted, in stored order), "
+            "and `end` (`{run_id, status}`, last, once the run is over).",
+        },
+        **error_responses(401, 404, 422),
     },
 )
 async def stream_run(
-    run_id: str,
+    run_id: Annotated[str, Path(pattern=ID_PATTERN, description="A run id")],
     controller: ControllerDep,
-    last_event_id: Annotated[str | None, Header(max_length=30)] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(max_length=30, description="The `id` of the last message received"),
+    ] = None,
 ) -> StreamingResponse:
     """Live run state and sandbox events (SSE); resume with Last-Event-ID."""
     run = await asyncio.to_thread(get_run, controller.engine, run_id)  # 404 before streaming
@@ -64,7 +99,10 @@ async def _messages(
     engine: Engine, run_id: str, run: dict[str, Any], after: int
 ) -> AsyncIterator[bytes]:
     yield b"retry: 1000\n\n"
-    sent_state = ""
+    # The run's state comes first, so a client (re)connecting sees where it stands at
+    # once; its id is where the client resumed, so reconnecting with it loses nothing.
+    sent_state = json.dumps(run, sort_keys=True)
+    yield _sse("run", after, run)
     idle = 0.0
     while True:
         final = run["status"] not in ACTIVE_RUN

@@ -7,18 +7,19 @@ from typing import Any
 from fastapi import APIRouter
 
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.models import ErrorResponse, RunCreate
+from controller.api.models import PlanPublic, RunCreate, TemplateList, error_responses
+from controller.errors import UnknownNameError
 from controller.planner import plan
 
 router = APIRouter(
     prefix="/v1",
     tags=["templates"],
     dependencies=[Authorized],
-    responses={401: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
+    responses=error_responses(401, 422),
 )
 
 
-@router.get("/templates")
+@router.get("/templates", response_model=TemplateList)
 def list_templates(
     controller: ControllerDep,
     suite: str | None = None,
@@ -27,7 +28,13 @@ def list_templates(
 ) -> dict[str, Any]:
     """The catalog, filterable by suite, category and tag."""
     catalog = controller.catalog
-    members = set(catalog.suite(suite)) if suite else None
+    if suite and suite not in catalog.suites:
+        raise UnknownNameError(
+            f"unknown suite {suite!r}",
+            hint=f"known suites: {', '.join(sorted(catalog.suites))}",
+            field="suite",
+        )
+    members = set(catalog.suites[suite]) if suite else None
     templates = [
         t.public()
         for t in catalog.templates.values()
@@ -42,7 +49,7 @@ def list_templates(
     }
 
 
-@router.post("/plans")
+@router.post("/plans", response_model=PlanPublic, responses=error_responses(400))
 def create_plan(body: RunCreate, controller: ControllerDep) -> dict[str, Any]:
     """Plan without running: what would be selected, excluded, and what it would cost."""
     return plan(controller.catalog, body.plan_request()).to_dict()
