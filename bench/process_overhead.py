@@ -40,10 +40,11 @@ from controller.settings import Settings
 from tests.e2e_helpers import start_run, wait_run
 
 
-def simple_round(suite: str, data_dir: Path) -> tuple[list[float], list[float], int]:
+def simple_round(suite: str, data_dir: Path, parallel: int) -> tuple[list[float], list[float], int]:
     settings = Settings(data_dir=data_dir, database_url=f"sqlite:///{data_dir}/simple.db")
     with EmbeddedServer(settings) as server:
-        run_id = start_run(server.url, {"suites": [suite], "priority": "speed"})
+        body = {"suites": [suite], "priority": "speed", "max_parallel": parallel}
+        run_id = start_run(server.url, body)
         run = wait_run(server.url, run_id, timeout_s=1800)
         assert run["status"] == "succeeded", run["status"]
         with server.controller.engine.connect() as conn:
@@ -90,14 +91,15 @@ class _Receiver(BaseHTTPRequestHandler):
         pass
 
 
-def bare_round(suite: str, data_dir: Path) -> list[float]:
+def bare_round(suite: str, data_dir: Path, parallel: int) -> list[float]:
     """Spawn the same runtime for the same templates, same concurrency, no controller."""
     from controller.catalog import load_catalog
     from controller.planner import PlanRequest, Priority, plan
     from controller.runs import sandbox_spec
 
     catalog = load_catalog([Settings().builtin_catalog_dir])
-    the_plan = plan(catalog, PlanRequest(suites=(suite,), priority=Priority.SPEED))
+    request = PlanRequest(suites=(suite,), priority=Priority.SPEED, max_parallel=parallel)
+    the_plan = plan(catalog, request)
     _Receiver.first_event = {}
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -143,6 +145,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--suites", default="quick,ultra")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=2 * (os.cpu_count() or 1),
+        help="sandboxes at once, for SIMPLE and the baseline alike (default: 2 per core)",
+    )
     args = parser.parse_args()
     ms = 1000.0
     print(
@@ -156,11 +164,11 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
                 # alternate which goes first, so neither always gets the warmer machine
                 if round_no % 2:
-                    starts, ends, n = simple_round(suite, Path(a))
-                    bare = bare_round(suite, Path(b))
+                    starts, ends, n = simple_round(suite, Path(a), args.parallel)
+                    bare = bare_round(suite, Path(b), args.parallel)
                 else:
-                    bare = bare_round(suite, Path(b))
-                    starts, ends, n = simple_round(suite, Path(a))
+                    bare = bare_round(suite, Path(b), args.parallel)
+                    starts, ends, n = simple_round(suite, Path(a), args.parallel)
             s_med, b_med, e_med = (statistics.median(x) * ms for x in (starts, bare, ends))
             added_all.append(s_med - b_med)
             end_all.append(e_med)
