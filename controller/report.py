@@ -167,7 +167,12 @@ def attempt_rows(conn: Connection, sandbox_id: str) -> list[dict[str, Any]]:
         select(attempts).where(attempts.c.sandbox_id == sandbox_id).order_by(attempts.c.attempt)
     ).all()
     return [
-        {**r._asdict(), "started_at": _iso(r.started_at), "finished_at": _iso(r.finished_at)}
+        {
+            **r._asdict(),
+            "started_at": _iso(r.started_at),
+            "exited_at": _iso(r.exited_at),
+            "finished_at": _iso(r.finished_at),
+        }
         for r in rows
     ]
 

@@ -1,9 +1,21 @@
-"""The report as JUnit XML (one testcase per sandbox) and as Markdown. Pure."""
+"""The report as JUnit XML (one testcase per sandbox) and as Markdown. Pure.
+
+Errors come from sandboxes (untrusted text); characters XML 1.0 cannot hold (ANSI
+escapes, NUL, other controls) are written as `\\xNN`, so CI tools can parse the file.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from xml.etree import ElementTree as ET
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _clean(value: object) -> str:
+    """`value` as text that XML 1.0 (and a Markdown table) can hold."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
 def report_junit(report: dict[str, Any]) -> str:
@@ -35,21 +47,20 @@ def report_junit(report: dict[str, Any]) -> str:
         for name in ("sandbox_id", "cost_usd", "duration_s", "attempts", "exit_code"):
             ET.SubElement(case_props, "property", {"name": name, "value": str(sandbox[name])})
         status = sandbox["status"]
+        error = _clean(sandbox["error"] or "")
         if status == "skipped":
-            ET.SubElement(case, "skipped", {"message": sandbox["error"] or "skipped"})
+            ET.SubElement(case, "skipped", {"message": error or "skipped"})
         elif status != "succeeded":
             failure = ET.SubElement(
                 case,
                 "failure",
                 {
                     "type": status,
-                    "message": f"{status}: {sandbox['error'] or ''} "
-                    f"(exit code {sandbox['exit_code']})".strip(),
+                    "message": f"{status}: {error} (exit code {sandbox['exit_code']})",
                 },
             )
             failure.text = (
-                f"sandbox {sandbox['sandbox_id']}\nexit code {sandbox['exit_code']}\n"
-                f"{sandbox['error'] or ''}"
+                f"sandbox {sandbox['sandbox_id']}\nexit code {sandbox['exit_code']}\n{error}"
             )
     suites = ET.Element("testsuites")
     suites.append(suite)
@@ -72,7 +83,7 @@ def report_markdown(report: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in report["sandboxes"]:
-        error = (s["error"] or "").replace("|", "\\|").replace("\n", " ")
+        error = _clean(s["error"] or "").replace("|", "\\|").replace("\n", " ")
         lines.append(
             f"| {s['template_id']} | {icon.get(s['status'], '❌')} {s['status']} | "
             f"{s['attempts']} | {s['exit_code'] if s['exit_code'] is not None else ''} | "

@@ -33,4 +33,5 @@ def signature_matches(
 ) -> bool:
     if token_hash is None:
         return False
-    return hmac.compare_digest(signature, upload_signature(token_hash, sandbox_id, attempt))
+    expected = upload_signature(token_hash, sandbox_id, attempt)
+    return hmac.compare_digest(signature.encode(), expected.encode())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -54,12 +55,17 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         hint = "see GET /docs for the API" if exc.status_code in (404, 405) else None
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method the path has, not only the first route's
+            allowed = _allowed_methods(app, request.url.path)
+            headers["Allow"] = ", ".join(allowed)
+            hint = f"this path takes {', '.join(allowed)}"
         return JSONResponse(
             error_body(f"http_{exc.status_code}", str(exc.detail), hint),
             status_code=exc.status_code,
-            headers=exc.headers,
+            headers=headers,
         )
 
     @app.exception_handler(Exception)
@@ -73,3 +79,16 @@ def install_error_handlers(app: FastAPI) -> None:
             ),
             status_code=500,
         )
+
+
+def _allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods the API documents for `path`, from its OpenAPI paths."""
+    methods: set[str] = set()
+    for template, item in app.openapi()["paths"].items():
+        pattern = re.sub(r"\\{[^/]+\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path):
+            methods.update(m.upper() for m in item if m in _HTTP_METHODS)
+    return sorted(methods)
+
+
+_HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options"}

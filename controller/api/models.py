@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
+from fastapi import Path
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -159,6 +160,8 @@ class RunCreated(BaseModel):
 # up at once; the fields listed here are the contract clients may rely on.
 
 ID_PATTERN = r"^[a-z0-9-]{1,63}$"
+RunId = Annotated[str, Path(pattern=ID_PATTERN, description="A run id")]
+SandboxId = Annotated[str, Path(pattern=ID_PATTERN, description="A sandbox id")]
 """Run and sandbox ids: lowercase `[a-z0-9-]`, at most 63 characters (a Kubernetes name)."""
 
 Timestamp = Annotated[

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -88,7 +89,7 @@ def run(
                 if not wait:
                     print(run_id)
                     return
-                final = _wait(client, run_id, as_json)
+                final = _wait(client, run_id, quiet=False)
                 code = _finish(client, final, as_json, junit, markdown)
         else:
             code = _run_embedded(body, catalog, backend, as_json, junit, markdown, idempotency_key)
@@ -129,16 +130,17 @@ def _run_embedded(
     with EmbeddedServer(settings) as embedded, api_client(embedded.url, None) as client:
         run_id = _start(client, body, key)
         try:
-            final = _wait(client, run_id, as_json)
+            final = _wait(client, run_id, quiet=False)
         except KeyboardInterrupt:
             err.print(f"cancelling run {run_id} …")
             client.post(f"/v1/runs/{run_id}/cancel")
-            final = _wait(client, run_id, True)
+            final = _wait(client, run_id, quiet=True)
         return _finish(client, final, as_json, junit, markdown)
 
 
 def _start(client: ApiClient, body: dict[str, Any], key: str | None) -> str:
-    headers = {"Idempotency-Key": key} if key else {}
+    # Retried POSTs must not start a second run: always send a key.
+    headers = {"Idempotency-Key": key or f"simplectl-{uuid.uuid4().hex}"}
     run = client.post("/v1/runs", json=body, headers=headers)
     plan = run["plan"]
     err.print(

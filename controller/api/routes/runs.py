@@ -8,10 +8,11 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.models import Report, RunCreate, RunList, RunPublic, error_responses
+from controller.api.models import Report, RunCreate, RunId, RunList, RunPublic, error_responses
 from controller.report import fetch_report
 from controller.report_formats import report_junit, report_markdown
 from controller.runs import cancel_run, create_run, get_run, list_runs
+from controller.states import RunStatus
 
 router = APIRouter(
     prefix="/v1/runs",
@@ -70,20 +71,20 @@ def start_run(
 def runs_list(
     controller: ControllerDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    status: str | None = None,
+    status: RunStatus | None = None,
 ) -> dict[str, Any]:
     """Recent runs, newest first."""
     return {"runs": list_runs(controller.engine, limit, status)}
 
 
 @router.get("/{run_id}", response_model=RunPublic, responses=error_responses(404))
-def run_get(run_id: str, controller: ControllerDep) -> dict[str, Any]:
+def run_get(run_id: RunId, controller: ControllerDep) -> dict[str, Any]:
     """One run with its sandboxes and their progress."""
     return get_run(controller.engine, run_id)
 
 
 @router.post("/{run_id}/cancel", response_model=RunPublic, responses=error_responses(404))
-def run_cancel(run_id: str, controller: ControllerDep) -> dict[str, Any]:
+def run_cancel(run_id: RunId, controller: ControllerDep) -> dict[str, Any]:
     """Stop every sandbox of the run."""
     result = cancel_run(controller.engine, run_id)
     controller.kick()
@@ -106,7 +107,7 @@ def run_cancel(run_id: str, controller: ControllerDep) -> dict[str, Any]:
     },
 )
 def run_report(
-    run_id: str,
+    run_id: RunId,
     controller: ControllerDep,
     format: Annotated[str, Query(pattern="^(json|junit|markdown)$")] = "json",
 ) -> Any:

@@ -15,6 +15,7 @@ from controller.api.models import (
     EventBatch,
     EventsAccepted,
     SandboxDetail,
+    SandboxId,
     SnapshotStored,
     error_responses,
 )
@@ -48,7 +49,7 @@ router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=error_r
     response_model=SandboxDetail,
     responses=error_responses(401),
 )
-def sandbox_get(sandbox_id: str, controller: ControllerDep) -> dict[str, Any]:
+def sandbox_get(sandbox_id: SandboxId, controller: ControllerDep) -> dict[str, Any]:
     """One sandbox with its attempts."""
     return get_sandbox(controller.engine, sandbox_id)
 
@@ -66,7 +67,7 @@ def sandbox_get(sandbox_id: str, controller: ControllerDep) -> dict[str, Any]:
         **error_responses(401),
     },
 )
-def sandbox_logs(sandbox_id: str, controller: ControllerDep, follow: bool = False) -> Any:
+def sandbox_logs(sandbox_id: SandboxId, controller: ControllerDep, follow: bool = False) -> Any:
     """The sandbox's output: live while it runs, archived afterwards."""
     row = load_sandbox(controller.engine, sandbox_id)
     if row.status == SandboxStatus.RUNNING:
@@ -106,7 +107,7 @@ def _follow(controller: Any, sandbox_id: str) -> Iterator[bytes]:
     responses=error_responses(400, 401, 403, 409, 503),
 )
 async def post_events(
-    sandbox_id: str,
+    sandbox_id: SandboxId,
     batch: EventBatch,
     request: Request,
     controller: ControllerDep,
@@ -146,11 +147,11 @@ async def post_events(
     },
 )
 async def put_snapshot(
-    sandbox_id: str,
+    sandbox_id: SandboxId,
     request: Request,
     controller: ControllerDep,
     attempt: Annotated[int, Query(ge=1)],
-    signature: Annotated[str, Query(min_length=64, max_length=64)],
+    signature: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
 ) -> dict[str, Any]:
     """Where sandboxes upload snapshots when the store has no presigned URLs (local store)."""
     row = load_sandbox(controller.engine, sandbox_id)
