@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Engine, insert, update
@@ -75,13 +76,19 @@ class Launcher:
             self.backend.launch(spec)
         except BackendError as e:
             logger.warning("launch of sandbox %s attempt %d failed: %s", row.id, attempt, e)
-            launched = row._replace(
-                status=SandboxStatus.RUNNING,
-                attempt=attempt,
-                token_hash=token_hash,
-                launched_at=now,
-                cost_usd=0.0,
-                prior_cost_usd=row.prior_cost_usd + row.cost_usd,
+            launched = SimpleNamespace(
+                **{
+                    **row._asdict(),
+                    "status": SandboxStatus.RUNNING,
+                    "attempt": attempt,
+                    "token_hash": token_hash,
+                    "launched_at": now,
+                    "cost_usd": 0.0,
+                    "prior_cost_usd": row.prior_cost_usd + row.cost_usd,
+                    "stop_reason": None,
+                    "error": None,
+                    "transient": None,
+                }
             )
             finish_attempt(
                 self.engine,
@@ -109,6 +116,7 @@ class Launcher:
             token,
             url,
             self.settings.resolved_controller_url,
+            self.settings.controller_id,
         )
 
     def snapshot_url(
@@ -135,6 +143,7 @@ def build_sandbox_spec(
     token: str,
     snapshot_url: str,
     controller_url: str,
+    controller_id: str = "",
 ) -> SandboxSpec:
     """The backend-neutral description of one attempt. Pure."""
     env = SandboxEnv(
@@ -156,4 +165,5 @@ def build_sandbox_spec(
         resources=Resources(
             cpu=spec["resources"].get("cpu"), memory=spec["resources"].get("memory")
         ),
+        controller_id=controller_id,
     )

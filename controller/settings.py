@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 BackendName = Literal["process", "docker", "kubernetes"]
 
@@ -41,11 +43,6 @@ class Settings(BaseSettings):
         None,
         description="S3 endpoint written into sandboxes' presigned upload URLs, when sandboxes "
         "reach S3 at another address than the controller; default SIMPLE_S3_ENDPOINT_URL.",
-    )
-    s3_connect_timeout_s: float = Field(5.0, gt=0, description="S3 connect timeout per call.")
-    s3_read_timeout_s: float = Field(30.0, gt=0, description="S3 read timeout per call.")
-    s3_max_attempts: int = Field(
-        3, ge=1, le=10, description="Attempts per S3 call (botocore standard retries)."
     )
     backend: BackendName = Field("process", description="How sandboxes are started.")
     catalog_dirs: Annotated[list[Path], NoDecode] = Field(
@@ -112,6 +109,12 @@ class Settings(BaseSettings):
     @property
     def resolved_store_url(self) -> str:
         return self.store_url or (self.data_dir.resolve() / "store").as_uri()
+
+    @property
+    def controller_id(self) -> str:
+        """Names this controller's sandboxes: one per database, stable across restarts."""
+        url = make_url(self.resolved_database_url).render_as_string(hide_password=True)
+        return hashlib.sha256(url.encode()).hexdigest()[:12]
 
     @property
     def resolved_controller_url(self) -> str:

@@ -62,6 +62,9 @@ LABEL_RUN_ID = "simple.dev/run-id"
 LABEL_SANDBOX_ID = "simple.dev/sandbox-id"
 LABEL_TEMPLATE_ID = "simple.dev/template-id"
 LABEL_ATTEMPT = "simple.dev/attempt"
+# Which controller (which database) launched it, so controllers sharing a Docker engine
+# or a namespace leave each other's sandboxes alone.
+LABEL_CONTROLLER = "simple.dev/controller"
 
 SNAPSHOT_TABLES: dict[str, tuple[str, ...]] = {
     "runs": (

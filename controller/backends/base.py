@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from sandbox_image.contract import (
     LABEL_ATTEMPT,
+    LABEL_CONTROLLER,
     LABEL_MANAGED_BY,
     LABEL_MANAGED_BY_VALUE,
     LABEL_RUN_ID,
@@ -46,6 +47,7 @@ class SandboxSpec:
     command: tuple[str, ...]
     timeout_s: int
     resources: Resources = field(default_factory=Resources)
+    controller_id: str = ""  # stamped as a label when set
 
     @property
     def sandbox_id(self) -> str:
@@ -53,9 +55,12 @@ class SandboxSpec:
 
     @property
     def labels(self) -> dict[str, str]:
-        return sandbox_labels(
+        labels = sandbox_labels(
             self.env.run_id, self.env.sandbox_id, self.env.template_id, self.env.attempt
         )
+        if self.controller_id:
+            labels[LABEL_CONTROLLER] = self.controller_id
+        return labels
 
 
 def sandbox_labels(run_id: str, sandbox_id: str, template_id: str, attempt: int) -> dict[str, str]:
@@ -88,6 +93,7 @@ class Observed:
     deadline_exceeded: bool = False
     reason: str | None = None  # e.g. "ImagePullBackOff: ... (hint: ...)" for a failed start
     exited_at: float | None = None  # epoch seconds, when the backend knows it
+    controller_id: str | None = None  # the simple.dev/controller label, if any
 
 
 class Backend(ABC):

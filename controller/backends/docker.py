@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from controller.backends.docker_spec import build_container_spec
 from controller.errors import BackendError, ConfigError, NotFoundError, UnavailableError
 from sandbox_image.contract import (
     LABEL_ATTEMPT,
+    LABEL_CONTROLLER,
     LABEL_MANAGED_BY,
     LABEL_MANAGED_BY_VALUE,
     LABEL_RUN_ID,
@@ -146,10 +148,15 @@ class DockerBackend(Backend):
 
     def launch(self, spec: SandboxSpec) -> None:
         kwargs = self.render(spec)
-        self.remove(spec.sandbox_id)  # a leftover of an earlier attempt holds the name
         client = self._docker()
         try:
-            container = client.containers.create(**kwargs)
+            try:
+                container = client.containers.create(**kwargs)
+            except APIError as e:
+                if e.status_code != 409:
+                    raise
+                self.remove(spec.sandbox_id)  # a leftover of an earlier attempt holds the name
+                container = client.containers.create(**kwargs)
         except (DockerException, requests.RequestException) as e:
             raise self._launch_error(spec, "create", e) from e
         try:
@@ -159,7 +166,10 @@ class DockerBackend(Backend):
             raise self._launch_error(spec, "start", e) from e
         logger.info(
             "launched sandbox %s (run %s, attempt %d) as container %s",
-            spec.sandbox_id, spec.env.run_id, spec.env.attempt, container.short_id,
+            spec.sandbox_id,
+            spec.env.run_id,
+            spec.env.attempt,
+            container.short_id,
         )
         self._start_watcher()
 
@@ -172,7 +182,8 @@ class DockerBackend(Backend):
         for summary in summaries:
             observed = self._observe_one(summary)
             if observed is not None:
-                seen.append(observed)
+                owner = (summary.get("Labels") or {}).get(LABEL_CONTROLLER)
+                seen.append(replace(observed, controller_id=owner))
         present = {s["Id"] for s in summaries}
         self._exited = {cid: o for cid, o in self._exited.items() if cid in present}
         self._start_watcher()

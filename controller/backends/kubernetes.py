@@ -58,8 +58,9 @@ MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={LABEL_MANAGED_BY_VALUE}"
 class KubernetesApiError(BackendError):
     """A Kubernetes API call failed with an HTTP status (0 when none came back)."""
 
-    def __init__(self, message: str, *, status: int, hint: str | None = None,
-                 transient: bool = False) -> None:
+    def __init__(
+        self, message: str, *, status: int, hint: str | None = None, transient: bool = False
+    ) -> None:
         super().__init__(message, hint=hint, transient=transient)
         self.status = status
 
@@ -121,12 +122,21 @@ class KubernetesBackend(Backend):
                 raise
             if self._holds_attempt(spec):
                 # A create that reached the API before a restart or a lost answer.
-                log.info("Job %s/%s (attempt %d) already exists; adopting it",
-                         self.namespace, spec.sandbox_id, spec.env.attempt)
+                log.info(
+                    "Job %s/%s (attempt %d) already exists; adopting it",
+                    self.namespace,
+                    spec.sandbox_id,
+                    spec.env.attempt,
+                )
                 return
             self._replace_earlier_attempt(batch, spec, body)
-        log.info("launched Job %s/%s (run %s, attempt %d)", self.namespace,
-                 spec.sandbox_id, spec.env.run_id, spec.env.attempt)
+        log.info(
+            "launched Job %s/%s (run %s, attempt %d)",
+            self.namespace,
+            spec.sandbox_id,
+            spec.env.run_id,
+            spec.env.attempt,
+        )
 
     def observe(self) -> list[Observed]:
         """Every managed Job in the namespace, matched to its Pods by label."""
@@ -139,8 +149,9 @@ class KubernetesBackend(Backend):
         now = self._clock()
         observed = []
         for job in jobs:
-            seen = observe_job(job, pods_by_attempt.get(attempt_key(job), []), now,
-                               self._unschedulable_grace_s)
+            seen = observe_job(
+                job, pods_by_attempt.get(attempt_key(job), []), now, self._unschedulable_grace_s
+            )
             if seen is None:
                 log.warning("ignoring Job %s: it lacks SIMPLE's labels", object_name(job))
             else:
@@ -169,12 +180,20 @@ class KubernetesBackend(Backend):
             )
         pod_name = object_name(max(pods, key=pod_order))
         try:
-            response = self._call("get", "pods/log", core.read_namespaced_pod_log, pod_name,
-                                  self.namespace, container=CONTAINER_NAME)
+            response = self._call(
+                "get",
+                "pods/log",
+                core.read_namespaced_pod_log,
+                pod_name,
+                self.namespace,
+                container=CONTAINER_NAME,
+            )
         except KubernetesApiError as e:
             if e.status == 404:
-                raise NotFoundError(f"pod {pod_name} of sandbox {sandbox_id} is gone",
-                                    hint="its logs are only in the controller's archive") from e
+                raise NotFoundError(
+                    f"pod {pod_name} of sandbox {sandbox_id} is gone",
+                    hint="its logs are only in the controller's archive",
+                ) from e
             if e.status == 400:  # "container ... is waiting to start": no output yet
                 return b""
             raise
@@ -184,11 +203,18 @@ class KubernetesBackend(Backend):
         """Raise UnavailableError when the API cannot be reached or refuses to list Jobs."""
         try:
             batch, _ = self._apis()
-            self._call("list", "jobs", batch.list_namespaced_job, self.namespace,
-                       label_selector=MANAGED_SELECTOR, limit=1)
+            self._call(
+                "list",
+                "jobs",
+                batch.list_namespaced_job,
+                self.namespace,
+                label_selector=MANAGED_SELECTOR,
+                limit=1,
+            )
         except BackendError as e:
-            raise UnavailableError(f"the kubernetes backend cannot be used: {e.message}",
-                                   hint=e.hint) from e
+            raise UnavailableError(
+                f"the kubernetes backend cannot be used: {e.message}", hint=e.hint
+            ) from e
 
     def close(self) -> None:
         if self._api_client is not None:
@@ -201,8 +227,11 @@ class KubernetesBackend(Backend):
         """Whether the Job named like the sandbox is this very attempt's."""
         batch, _ = self._apis()
         try:
-            existing = _json(self._call(
-                "get", "jobs", batch.read_namespaced_job, spec.sandbox_id, self.namespace))
+            existing = _json(
+                self._call(
+                    "get", "jobs", batch.read_namespaced_job, spec.sandbox_id, self.namespace
+                )
+            )
         except KubernetesApiError as e:
             if e.status == 404:  # deleted in between
                 return False
@@ -210,11 +239,14 @@ class KubernetesBackend(Backend):
         labels = (existing.get("metadata") or {}).get("labels") or {}
         return labels.get(LABEL_ATTEMPT) == str(spec.env.attempt)
 
-    def _replace_earlier_attempt(self, batch: Any, spec: SandboxSpec,
-                                 body: dict[str, Any]) -> None:
+    def _replace_earlier_attempt(self, batch: Any, spec: SandboxSpec, body: dict[str, Any]) -> None:
         """An earlier attempt's leftover holds the name: delete it and create once more."""
-        log.info("replacing a leftover Job %s/%s with attempt %d", self.namespace,
-                 spec.sandbox_id, spec.env.attempt)
+        log.info(
+            "replacing a leftover Job %s/%s with attempt %d",
+            self.namespace,
+            spec.sandbox_id,
+            spec.env.attempt,
+        )
         self._delete_job(spec.sandbox_id)
         try:
             self._call("create", "jobs", batch.create_namespaced_job, self.namespace, body)
@@ -224,23 +256,31 @@ class KubernetesBackend(Backend):
             raise KubernetesApiError(
                 f"cannot launch attempt {spec.env.attempt} of sandbox {spec.sandbox_id}: "
                 "the Job of an earlier attempt is still being deleted",
-                status=409, transient=True,
+                status=409,
+                transient=True,
                 hint="it goes away within seconds; the controller retries the launch",
             ) from e
 
     def _delete_job(self, sandbox_id: str) -> bool:
         batch, _ = self._apis()
         try:
-            self._call("delete", "jobs", batch.delete_namespaced_job, sandbox_id,
-                       self.namespace, propagation_policy="Background")
+            self._call(
+                "delete",
+                "jobs",
+                batch.delete_namespaced_job,
+                sandbox_id,
+                self.namespace,
+                propagation_policy="Background",
+            )
         except KubernetesApiError as e:
             if e.status == 404:
                 return False
             raise
         return True
 
-    def _list(self, resource: str, method: Callable[..., Any],
-              selector: str) -> list[Mapping[str, Any]]:
+    def _list(
+        self, resource: str, method: Callable[..., Any], selector: str
+    ) -> list[Mapping[str, Any]]:
         items: list[Mapping[str, Any]] = []
         token: str | None = None
         while True:
@@ -264,8 +304,9 @@ class KubernetesBackend(Backend):
                 self._core = self._core or client.CoreV1Api(self._api_client)
             return self._batch, self._core
 
-    def _call(self, verb: str, resource: str, method: Callable[..., Any], *args: Any,
-              **kwargs: Any) -> Any:
+    def _call(
+        self, verb: str, resource: str, method: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
         """One API call, its raw answer; 429, 5xx and connection errors are retried, the rest
         raise at once. `verb` and `resource` name the RBAC right the call needs, for hints."""
         import urllib3
@@ -284,20 +325,36 @@ class KubernetesBackend(Backend):
                 if not _is_transient(status) or last:
                     raise _api_error(e, verb, resource, self.namespace, attempt) from e
                 delay = self._backoff(attempt, _retry_after(e))
-                log.warning("%s %s: %s %s; retry %d/%d in %.1fs", verb, resource, status,
-                            e.reason, attempt, self._max_attempts - 1, delay)
+                log.warning(
+                    "%s %s: %s %s; retry %d/%d in %.1fs",
+                    verb,
+                    resource,
+                    status,
+                    e.reason,
+                    attempt,
+                    self._max_attempts - 1,
+                    delay,
+                )
             except (urllib3.exceptions.HTTPError, OSError) as e:
                 if last:
                     raise KubernetesApiError(
                         f"cannot reach the Kubernetes API to {verb} {resource} "
                         f"after {attempt} attempts: {e}",
-                        status=0, transient=True,
+                        status=0,
+                        transient=True,
                         hint="check the API server address (kubeconfig or in-cluster env) "
                         "and the network between the controller and the cluster",
                     ) from e
                 delay = self._backoff(attempt, None)
-                log.warning("%s %s: %s; retry %d/%d in %.1fs", verb, resource, e, attempt,
-                            self._max_attempts - 1, delay)
+                log.warning(
+                    "%s %s: %s; retry %d/%d in %.1fs",
+                    verb,
+                    resource,
+                    e,
+                    attempt,
+                    self._max_attempts - 1,
+                    delay,
+                )
             self._sleep(delay)
         raise AssertionError("unreachable")  # the loop returns or raises
 
@@ -341,8 +398,9 @@ def _retry_after(e: Any) -> float | None:
         return None
 
 
-def _api_error(e: Any, verb: str, resource: str, namespace: str,
-               attempts: int) -> KubernetesApiError:
+def _api_error(
+    e: Any, verb: str, resource: str, namespace: str, attempts: int
+) -> KubernetesApiError:
     """A BackendError that names the call, the API's reason, and what to do."""
     status = int(e.status or 0)
     message = _status_message(e)
@@ -355,18 +413,24 @@ def _api_error(e: Any, verb: str, resource: str, namespace: str,
         what += f" after {attempts} attempts"
         hint, transient = "the API server is overloaded or restarting; try again later", True
     elif status == 403 and "exceeded quota" in message:
-        hint, transient = ("the namespace's ResourceQuota is used up; lower max_parallel or "
-                           "raise the quota"), True
+        hint, transient = (
+            ("the namespace's ResourceQuota is used up; lower max_parallel or raise the quota"),
+            True,
+        )
     elif status == 403:
-        hint = (f"the controller's ServiceAccount needs `{verb}` on `{resource}` in namespace "
-                f"{namespace!r} (the chart's Role grants it; see docs/kubernetes.md)")
+        hint = (
+            f"the controller's ServiceAccount needs `{verb}` on `{resource}` in namespace "
+            f"{namespace!r} (the chart's Role grants it; see docs/kubernetes.md)"
+        )
     elif status == 401:
         hint = "the API server refused the controller's credentials: check its token or kubeconfig"
     elif status == 404:
         hint = f"check that namespace {namespace!r} exists (SIMPLE_KUBERNETES_NAMESPACE)"
     elif status in (400, 422):
-        hint = ("the API server refused the manifest; see it with "
-                "`simplectl run --backend kubernetes --dry-run -o yaml`")
+        hint = (
+            "the API server refused the manifest; see it with "
+            "`simplectl run --backend kubernetes --dry-run -o yaml`"
+        )
     elif status == 0:
         hint = "no HTTP answer: check the API server address and its TLS certificate"
     return KubernetesApiError(what, status=status, hint=hint, transient=transient)
@@ -391,8 +455,10 @@ def _load_api_client() -> Any:
     try:
         from kubernetes import client, config
     except ImportError as e:
-        raise UnavailableError("the kubernetes backend needs the `kubernetes` package",
-                               hint="pip install 'simple-orchestrator[kubernetes]'") from e
+        raise UnavailableError(
+            "the kubernetes backend needs the `kubernetes` package",
+            hint="pip install 'simple-orchestrator[kubernetes]'",
+        ) from e
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)

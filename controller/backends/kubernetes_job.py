@@ -19,6 +19,7 @@ from controller.backends.base import Observed, ObservedState, Resources, Sandbox
 from controller.errors import InputError
 from sandbox_image.contract import (
     LABEL_ATTEMPT,
+    LABEL_CONTROLLER,
     LABEL_RUN_ID,
     LABEL_SANDBOX_ID,
     SANDBOX_ID_PATTERN,
@@ -173,21 +174,30 @@ def _check_spec(spec: SandboxSpec, ttl_s: int) -> None:
                 field=key,
             )
     if not spec.image:
-        raise InputError("the sandbox has no image", hint="set the template's image or "
-                         "SIMPLE_DEFAULT_IMAGE", field="image")
+        raise InputError(
+            "the sandbox has no image",
+            hint="set the template's image or SIMPLE_DEFAULT_IMAGE",
+            field="image",
+        )
     if spec.timeout_s < 1:
         raise InputError(f"timeout_s {spec.timeout_s} must be at least 1", field="timeout_s")
     if ttl_s < 0:
-        raise InputError(f"Job TTL {ttl_s} must not be negative",
-                         hint="set SIMPLE_KUBERNETES_JOB_TTL_S to 0 or more",
-                         field="kubernetes_job_ttl_s")
+        raise InputError(
+            f"Job TTL {ttl_s} must not be negative",
+            hint="set SIMPLE_KUBERNETES_JOB_TTL_S to 0 or more",
+            field="kubernetes_job_ttl_s",
+        )
 
 
 # -- reading a Job back (pure) ---------------------------------------------------------
 
 
-def observe_job(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now: float,
-                unschedulable_grace_s: float) -> Observed | None:
+def observe_job(
+    job: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]],
+    now: float,
+    unschedulable_grace_s: float,
+) -> Observed | None:
     """What a Job and its Pods say about one attempt; None for a Job without our labels."""
     labels = (job.get("metadata") or {}).get("labels") or {}
     sandbox_id, run_id = labels.get(LABEL_SANDBOX_ID), labels.get(LABEL_RUN_ID)
@@ -196,39 +206,65 @@ def observe_job(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now: 
     attempt = _as_int(labels.get(LABEL_ATTEMPT)) or 1
 
     def seen(state: ObservedState, **details: Any) -> Observed:
-        return Observed(sandbox_id=sandbox_id, run_id=run_id, attempt=attempt, state=state,
-                        **details)
+        return Observed(
+            sandbox_id=sandbox_id,
+            run_id=run_id,
+            attempt=attempt,
+            state=state,
+            controller_id=labels.get(LABEL_CONTROLLER),
+            **details,
+        )
 
     pod = max(pods, key=pod_order, default=None)
     terminated = _container_state(pod, "terminated")
-    conditions = {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or []
-                  if c.get("status") == "True"}
+    conditions = {
+        c.get("type"): c
+        for c in (job.get("status") or {}).get("conditions") or []
+        if c.get("status") == "True"
+    }
     if "Complete" in conditions:
-        return seen(ObservedState.EXITED, exit_code=0,
-                    exited_at=_exited_at(terminated, conditions["Complete"]))
+        return seen(
+            ObservedState.EXITED,
+            exit_code=0,
+            exited_at=_exited_at(terminated, conditions["Complete"]),
+        )
     if "Failed" in conditions:
         failed = conditions["Failed"]
         exit_code = _as_int(terminated.get("exitCode"))
         exited_at = _exited_at(terminated, failed)
         if failed.get("reason") == "DeadlineExceeded":
-            return seen(ObservedState.EXITED, exit_code=exit_code, deadline_exceeded=True,
-                        exited_at=exited_at)
+            return seen(
+                ObservedState.EXITED,
+                exit_code=exit_code,
+                deadline_exceeded=True,
+                exited_at=exited_at,
+            )
         if terminated:
-            return seen(ObservedState.EXITED, exit_code=exit_code, exited_at=exited_at,
-                        oom_killed=terminated.get("reason") == "OOMKilled")
-        return seen(ObservedState.EXITED, exited_at=exited_at,
-                    reason=_describe(failed.get("reason", "Failed"), failed.get("message")))
+            return seen(
+                ObservedState.EXITED,
+                exit_code=exit_code,
+                exited_at=exited_at,
+                oom_killed=terminated.get("reason") == "OOMKilled",
+            )
+        return seen(
+            ObservedState.EXITED,
+            exited_at=exited_at,
+            reason=_describe(failed.get("reason", "Failed"), failed.get("message")),
+        )
     if pod is None:
         return seen(ObservedState.PENDING)
     waiting = _container_state(pod, "waiting")
     if waiting.get("reason") in IMAGE_PULL_REASONS:
-        return seen(ObservedState.EXITED, reason=_describe(waiting["reason"],
-                                                           waiting.get("message"),
-                                                           IMAGE_PULL_HINT))
+        return seen(
+            ObservedState.EXITED,
+            reason=_describe(waiting["reason"], waiting.get("message"), IMAGE_PULL_HINT),
+        )
     unschedulable = _unschedulable_since(pod)
     if unschedulable is not None and now - unschedulable[0] >= unschedulable_grace_s:
-        return seen(ObservedState.EXITED, reason=_describe("Unschedulable", unschedulable[1],
-                                                           UNSCHEDULABLE_HINT))
+        return seen(
+            ObservedState.EXITED,
+            reason=_describe("Unschedulable", unschedulable[1], UNSCHEDULABLE_HINT),
+        )
     if (pod.get("status") or {}).get("phase") == "Pending":
         return seen(ObservedState.PENDING)
     # Running, or ended and waiting for the Job controller to set its condition.
@@ -247,14 +283,18 @@ def _container_state(pod: Mapping[str, Any] | None, which: str) -> dict[str, Any
 
 def _exited_at(terminated: Mapping[str, Any], condition: Mapping[str, Any]) -> float | None:
     """When the sandbox ended: its container's finish, else when the Job's condition turned."""
-    return (_timestamp(terminated.get("finishedAt"))
-            or _timestamp(condition.get("lastTransitionTime")))
+    return _timestamp(terminated.get("finishedAt")) or _timestamp(
+        condition.get("lastTransitionTime")
+    )
 
 
 def _unschedulable_since(pod: Mapping[str, Any]) -> tuple[float, str | None] | None:
     for condition in (pod.get("status") or {}).get("conditions") or []:
-        if (condition.get("type") == "PodScheduled" and condition.get("status") == "False"
-                and condition.get("reason") == "Unschedulable"):
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
             since = _timestamp(condition.get("lastTransitionTime"))
             return (since if since is not None else 0.0), condition.get("message")
     return None

@@ -26,6 +26,7 @@ from controller.backends.base import Backend, Notify, Observed, ObservedState, S
 from controller.errors import BackendError, NotFoundError
 from controller.quantities import memory_bytes
 from controller.settings import Settings
+from sandbox_image.contract import LABEL_CONTROLLER, LABEL_RUN_ID, LABEL_SANDBOX_ID
 
 logger = logging.getLogger(__name__)
 
@@ -126,9 +127,10 @@ class ProcessBackend(Backend):
             return None
         labels = meta["labels"]
         base = {
-            "sandbox_id": labels["simple.dev/sandbox-id"],
-            "run_id": labels["simple.dev/run-id"],
+            "sandbox_id": labels[LABEL_SANDBOX_ID],
+            "run_id": labels[LABEL_RUN_ID],
             "attempt": int(meta["attempt"]),
+            "controller_id": labels.get(LABEL_CONTROLLER),
         }
         exit_info = _read_json(directory / "exit.json")
         if exit_info is not None:
