@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install quick test lint typecheck check bench clean
+.PHONY: help install quick test lint typecheck check bench bench-docker bench-ingest bench-aggregate clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -35,6 +35,15 @@ check: lint typecheck test ## Everything CI checks
 
 bench: $(STAMP) ## Controller overhead per sandbox on the process backend
 	$(BIN)/python bench/process_overhead.py
+
+bench-docker: $(STAMP) ## SIMPLE vs a bare `docker run` loop: 64 no-op sandboxes, 8 at once
+	$(BIN)/python bench/docker_bench.py
+
+bench-ingest: $(STAMP) ## Event ingestion on PostgreSQL vs the same endpoint without persistence
+	$(BIN)/python bench/ingest_bench.py
+
+bench-aggregate: $(STAMP) ## Snapshot aggregation with COPY vs a minimal COPY script and row INSERTs
+	$(BIN)/python bench/aggregate_bench.py
 
 clean: ## Remove the virtualenv and local state
 	rm -rf $(VENV) .simple build .mypy_cache .ruff_cache .pytest_cache
