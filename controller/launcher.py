@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+from dataclasses import dataclass
 from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +26,14 @@ logger = logging.getLogger(__name__)
 UPLOAD_URL_SLACK_S = 600
 
 
+@dataclass(frozen=True)
+class Claim:
+    """An attempt marked running in the database, to be started by the backend."""
+
+    row: Any
+    spec: SandboxSpec
+
+
 class Launcher:
     def __init__(
         self, engine: Engine, backend: Backend, store: ObjectStore, settings: Settings
@@ -32,10 +41,16 @@ class Launcher:
         self.engine, self.backend, self.store, self.settings = engine, backend, store, settings
 
     def launch(self, run: Any, row: Any, now: datetime, rng: random.Random) -> bool:
-        """Start the next attempt of `row`; False if another pass got there first."""
+        """Claim and start the next attempt of `row`; False if it was not started."""
+        claim = self.claim(run, row, now)
+        return claim is not None and self.start(claim, now, rng)
+
+    def claim(self, run: Any, row: Any, now: datetime) -> Claim | None:
+        """Mark the next attempt running in the database (fast); None if already claimed."""
         token = new_token()
         token_hash = hash_token(token)
         attempt = row.attempt + 1
+        prior_cost = row.prior_cost_usd + row.cost_usd
         with self.engine.begin() as conn:
             claimed = conn.execute(
                 update(sandboxes)
@@ -57,7 +72,7 @@ class Launcher:
                     transient=None,
                     step=None,
                     steps_total=None,
-                    prior_cost_usd=row.prior_cost_usd + row.cost_usd,
+                    prior_cost_usd=prior_cost,
                     cost_usd=0.0,
                     tokens=0,
                     aggregated=False,
@@ -65,37 +80,41 @@ class Launcher:
                 )
             ).rowcount
             if not claimed:
-                return False
+                return None
             conn.execute(
                 insert(attempts).values(
                     sandbox_id=row.id, attempt=attempt, status=SandboxStatus.RUNNING, started_at=now
                 )
             )
-        spec = self.build_spec(run.id, row, attempt, token, token_hash)
+        claimed_row = SimpleNamespace(
+            **{
+                **row._asdict(),
+                "status": SandboxStatus.RUNNING,
+                "attempt": attempt,
+                "token_hash": token_hash,
+                "launched_at": now,
+                "cost_usd": 0.0,
+                "prior_cost_usd": prior_cost,
+                "stop_reason": None,
+                "error": None,
+                "transient": None,
+            }
+        )
+        return Claim(claimed_row, self.build_spec(run.id, row, attempt, token, token_hash))
+
+    def start(self, claim: Claim, now: datetime, rng: random.Random) -> bool:
+        """Ask the backend to start a claimed attempt; a refusal ends the attempt."""
         try:
-            self.backend.launch(spec)
+            self.backend.launch(claim.spec)
         except BackendError as e:
-            logger.warning("launch of sandbox %s attempt %d failed: %s", row.id, attempt, e)
-            launched = SimpleNamespace(
-                **{
-                    **row._asdict(),
-                    "status": SandboxStatus.RUNNING,
-                    "attempt": attempt,
-                    "token_hash": token_hash,
-                    "launched_at": now,
-                    "cost_usd": 0.0,
-                    "prior_cost_usd": row.prior_cost_usd + row.cost_usd,
-                    "stop_reason": None,
-                    "error": None,
-                    "transient": None,
-                }
-            )
+            row = claim.row
+            logger.warning("launch of sandbox %s attempt %d failed: %s", row.id, row.attempt, e)
             finish_attempt(
                 self.engine,
                 self.backend,
                 self.store,
                 self.settings,
-                launched,
+                row,
                 Outcome(SandboxStatus.FAILED, None, f"launch failed: {e}", transient=e.transient),
                 now,
                 rng,

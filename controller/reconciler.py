@@ -34,7 +34,8 @@ from controller.store.base import ObjectStore
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-LAUNCH_WORKERS = 16
+BACKGROUND_WORKERS = 16
+RESTOP_AFTER_S = 10.0  # a stop that did not take (e.g. sent before the start) is sent again
 
 
 def utcnow() -> datetime:
@@ -60,7 +61,8 @@ class Reconciler:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._launches = ThreadPoolExecutor(LAUNCH_WORKERS, thread_name_prefix="launch")
+        self._background = ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="backend")
+        self._stop_sent: dict[tuple[str, int], float] = {}
         self.passes = 0
 
     def kick(self) -> None:
@@ -76,7 +78,7 @@ class Reconciler:
         self._wake.set()
         if self._thread:
             self._thread.join(timeout=10)
-        self._launches.shutdown(wait=True)
+        self._background.shutdown(wait=True)
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -136,6 +138,8 @@ class Reconciler:
                 seconds=row.spec["timeout_s"]
             ):
                 self._stop(row, StopReason.TIMEOUT)
+        elif time.monotonic() - self._stop_sent.get((row.id, row.attempt), 0.0) > RESTOP_AFTER_S:
+            self._send_stop(row)  # still running: the first stop came before its start
 
     @property
     def _lost_grace(self) -> timedelta:
@@ -151,12 +155,21 @@ class Reconciler:
                 .values(stop_reason=reason, log_key=log_key or row.log_key)
             )
         logger.info("stopping sandbox %s: %s", row.id, reason.value)
+        self._send_stop(row)
+
+    def _send_stop(self, row: Any) -> None:
+        """Stop in the background: a graceful stop may take seconds."""
+        self._stop_sent[(row.id, row.attempt)] = time.monotonic()
+        self._background.submit(self._stop_now, row.id)
+
+    def _stop_now(self, sandbox_id: str) -> None:
         try:
-            self.backend.stop(row.id)
+            self.backend.stop(sandbox_id)
         except SimpleError as e:
-            logger.warning("could not stop sandbox %s (will retry): %s", row.id, e)
+            logger.warning("could not stop sandbox %s (will retry): %s", sandbox_id, e)
 
     def _finish(self, row: Any, outcome: Outcome) -> None:
+        self._stop_sent.pop((row.id, row.attempt), None)
         finish_attempt(
             self.engine,
             self.backend,
@@ -260,8 +273,12 @@ class Reconciler:
                 continue
             picked.append(row)
             expensive_running += int(row.expensive)
-        # Launches wait on the backend (a container start is ~100 ms): run them side by side.
-        list(self._launches.map(lambda row: self.launcher.launch(run, row, now, self.rng), picked))
+        # Claimed here, so the next pass counts them; started in the background, because a
+        # container start waits ~100 ms on the engine and exits must not wait behind it.
+        for row in picked:
+            claim = self.launcher.claim(run, row, now)
+            if claim is not None:
+                self._background.submit(self.launcher.start, claim, now, self.rng)
 
     def _would_pass_budget(self, run: Any, row: Any, spent: float) -> bool:
         low = float(row.spec.get("estimate_min_usd", 0.0))
