@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import IntEnum
@@ -90,7 +91,9 @@ def api_client(
             )
         yield ApiClient.remote(server, token)
         return
-    from fastapi.testclient import TestClient
+    with warnings.catch_warnings():  # Starlette nags about httpx; it is what we ship
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from fastapi.testclient import TestClient
 
     from controller.api.app import create_app
     from controller.db.engine import upgrade
