@@ -169,14 +169,19 @@ def _refused_sql(types: dict[str, Any]) -> str:
         name = f'"{column}"'
         accepted = []
         if str in kinds:
-            accepted.append(f"(typeof({name}) = 'text' AND length({name}) <= "
-                            f"{_MAX_TEXT.get(column, 0)})")
+            accepted.append(
+                f"(typeof({name}) = 'text' AND length({name}) <= {_MAX_TEXT.get(column, 0)})"
+            )
         if float in kinds:  # integers too: SQLite stores 3.0 in an untyped column as 3
-            accepted.append(f"(typeof({name}) IN ('integer', 'real') AND {name} BETWEEN 0 "
-                            "AND 1.7976931348623157e308)")
+            accepted.append(
+                f"(typeof({name}) IN ('integer', 'real') AND {name} BETWEEN 0 "
+                "AND 1.7976931348623157e308)"
+            )
         elif int in kinds:
-            accepted.append(f"(typeof({name}) = 'integer' AND {name} BETWEEN 0 AND "
-                            f"{_MAX_INT.get(column, 2**63 - 1)})")
+            accepted.append(
+                f"(typeof({name}) = 'integer' AND {name} BETWEEN 0 AND "
+                f"{_MAX_INT.get(column, 2**63 - 1)})"
+            )
         if type(None) in kinds:
             accepted.append(f"{name} IS NULL")
         valid.append("(" + " OR ".join(accepted) + ")")
@@ -286,9 +291,10 @@ def _copy_steps(
         "sandbox_id, run_id, snapshot_run_id, step, duration_ms, actions, failures, "
         "cost_usd, tokens"
     )
-    with driver.cursor() as cursor, cursor.copy(
-        f"COPY result_steps ({columns}) FROM STDIN (FORMAT BINARY)"
-    ) as copy:
+    with (
+        driver.cursor() as cursor,
+        cursor.copy(f"COPY result_steps ({columns}) FROM STDIN (FORMAT BINARY)") as copy,
+    ):
         copy.set_types(_COPY_TYPES)
         for s in steps:
             copy.write_row((sandbox_id, run_id, *s))

@@ -4,6 +4,15 @@ Each `(sandbox, event id)` is stored exactly once; a replay gets the same answer
 the same id with another body is a conflict and stores nothing of its batch.
 The batch is committed before the answer is sent. Progress shows on the
 sandbox row in the same transaction.
+
+Under load, batches are written by group commit: the `EventWriter` thread takes
+every batch queued while its previous transaction ran and stores them all in
+one transaction, then answers each request. Each request is still judged on its
+own (401/403/409 fail only that request). On PostgreSQL a group costs three
+round trips: the sandboxes and the already-known ids (pipelined), the rows and
+the progress (pipelined, each one statement with one array per column), and the
+commit. When a group fails for a reason other than the database being down,
+its requests are written one by one, so one bad batch fails alone.
 """
 
 from __future__ import annotations
@@ -11,21 +20,53 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import (
+    Boolean,
+    Connection,
+    Engine,
+    Float,
+    Integer,
+    Text,
+    bindparam,
+    func,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError, SQLAlchemyError
 
-from controller.db.schema import events, sandboxes
-from controller.errors import ConflictError, ForbiddenError, NotFoundError, UnauthorizedError
+from controller.db.schema import UTCDateTime, events, sandboxes
+from controller.errors import (
+    ConflictError,
+    ForbiddenError,
+    InputError,
+    NotFoundError,
+    SimpleError,
+    UnauthorizedError,
+    UnavailableError,
+)
 from controller.states import SandboxStatus
 from controller.tokens import hash_token, token_matches
 from sandbox_image.contract import EventType
 
 logger = logging.getLogger(__name__)
+
+PERSISTENCE_FLAG = "ingest_persistence"
+"""`app.state` attribute; False makes the events route answer without storing (benchmarks only)."""
+MAX_GROUP_REQUESTS = 256
+MAX_GROUP_EVENTS = 10_000
+WRITER_LINGER_S = 1.0  # keep the connection this long after a group, for the next one
+WRITER_IDLE_EXIT_S = 5.0  # end the thread after this long without work
 
 
 @dataclass(frozen=True)
@@ -51,10 +92,34 @@ class IncomingEvent:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+@dataclass
+class EventRequest:
+    """One POST of a batch: what it asks, and (once written) its answer or error."""
+
+    sandbox_id: str
+    authorization: str | None
+    batch: Sequence[IncomingEvent]
+    hashes: dict[str, str] = field(init=False)
+    answer: dict[str, Any] | None = None
+    error: SimpleError | None = None
+
+    def __post_init__(self) -> None:
+        self.hashes = {e.id: e.body_hash() for e in self.batch}
+
+
+def accepted(batch: Sequence[IncomingEvent]) -> dict[str, Any]:
+    """The answer to a stored batch; it depends only on the batch."""
+    return {"stored": [e.id for e in batch], "count": len(batch)}
+
+
 def authorize_sandbox(conn: Connection, sandbox_id: str, authorization: str | None) -> Any:
     """The sandbox row if the bearer token is this sandbox's; 401 or 403 otherwise."""
     token = _bearer(authorization)
     row = conn.execute(select(sandboxes).where(sandboxes.c.id == sandbox_id)).first()
+    return _authorize_row(conn, sandbox_id, row, token)
+
+
+def _authorize_row(conn: Connection, sandbox_id: str, row: Any, token: str) -> Any:
     if row is not None and token_matches(token, row.token_hash):
         if row.status != SandboxStatus.RUNNING:
             raise UnauthorizedError(
@@ -97,83 +162,409 @@ def _bearer(authorization: str | None) -> str:
     return token.strip()
 
 
+def _check_ids(request: EventRequest) -> None:
+    if len(request.hashes) != len(request.batch):
+        raise ConflictError(
+            "the batch repeats an event id with different bodies",
+            hint="give every event its own id",
+        )
+
+
 def ingest_events(
     engine: Engine, sandbox_id: str, authorization: str | None, batch: Sequence[IncomingEvent]
 ) -> dict[str, Any]:
-    """Authorize, dedupe and store a batch; the answer depends only on the batch."""
-    with engine.begin() as conn:
-        row = authorize_sandbox(conn, sandbox_id, authorization)
-        hashes = {e.id: e.body_hash() for e in batch}
-        if len(hashes) != len(batch):
-            raise ConflictError(
-                "the batch repeats an event id with different bodies",
-                hint="give every event its own id",
-            )
-        known = dict(
-            conn.execute(
-                select(events.c.event_id, events.c.body_hash).where(
-                    events.c.sandbox_id == sandbox_id, events.c.event_id.in_(list(hashes))
-                )
-            ).all()
-        )
-        changed = [i for i, h in known.items() if hashes[i] != h]
-        if changed:
-            raise ConflictError(
-                f"event {changed[0]} was already received with a different body",
-                hint="an event id is sent again only as an exact replay; use a new id",
-            )
-        fresh = [e for e in batch if e.id not in known]
-        if fresh:
-            _insert(conn, row, fresh, hashes)
-            _apply_progress(conn, row, fresh)
-    return {"stored": [e.id for e in batch], "count": len(batch)}
+    """Authorize, dedupe and store one batch in its own transaction; the answer."""
+    request = EventRequest(sandbox_id, authorization, batch)
+    _write_alone(engine, request)
+    if request.error is not None:
+        raise request.error
+    assert request.answer is not None
+    return request.answer
 
 
-def _insert(conn: Connection, row: Any, fresh: list[IncomingEvent], hashes: dict[str, str]) -> None:
+def answer_without_storing(request: EventRequest) -> dict[str, Any]:
+    """Benchmarks only (persistence off): the answer, after the checks that need no database."""
+    _check_ids(request)
+    return accepted(request.batch)
+
+
+def write_group(conn: Connection, requests: Sequence[EventRequest]) -> None:
+    """Judge and store every request inside the caller's transaction; set answers/errors."""
+    rows, known = _lookup(conn, requests)
+    fresh_rows: list[dict[str, Any]] = []
+    fresh_by_sandbox: dict[str, tuple[Any, list[IncomingEvent]]] = {}
     now = datetime.now(UTC)
-    values = [
-        {
-            "sandbox_id": row.id,
-            "run_id": row.run_id,
-            "event_id": e.id,
-            "attempt": row.attempt,
-            "seq": e.seq,
-            "type": e.type.value,
-            "time": e.time,
-            "data": e.data,
-            "body_hash": hashes[e.id],
-            "received_at": now,
-        }
-        for e in fresh
-    ]
-    dialect = conn.dialect.name
-    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(events)
-    conn.execute(insert.on_conflict_do_nothing(index_elements=["sandbox_id", "event_id"]), values)
+    for request in requests:
+        request.answer = request.error = None
+        try:
+            row = _authorize_row(
+                conn,
+                request.sandbox_id,
+                rows.get(request.sandbox_id),
+                _bearer(request.authorization),
+            )
+            _check_ids(request)
+            fresh = _fresh_events(request, known.setdefault(request.sandbox_id, {}))
+        except SimpleError as e:
+            request.error = e
+            continue
+        for event in fresh:
+            fresh_rows.append(
+                {
+                    "sandbox_id": row.id,
+                    "run_id": row.run_id,
+                    "event_id": event.id,
+                    "attempt": row.attempt,
+                    "seq": event.seq,
+                    "type": event.type.value,
+                    "time": event.time,
+                    "data": event.data,
+                    "body_hash": request.hashes[event.id],
+                    "received_at": now,
+                }
+            )
+        if fresh:
+            fresh_by_sandbox.setdefault(row.id, (row, []))[1].extend(fresh)
+        request.answer = accepted(request.batch)
+    if fresh_rows:
+        progress = [progress_values(row, fresh) for row, fresh in fresh_by_sandbox.values()]
+        _store(conn, fresh_rows, progress)
 
 
-def _apply_progress(conn: Connection, row: Any, fresh: list[IncomingEvent]) -> None:
-    changes: dict[str, Any] = {"last_seq": max([row.last_seq, *(e.seq for e in fresh)])}
+def _fresh_events(request: EventRequest, known: dict[str, str]) -> list[IncomingEvent]:
+    """The batch's events not stored yet; 409 if one is known with another body.
+
+    `known` (this sandbox's stored ids and hashes) learns the fresh ones, so a later
+    request of the same group sees them as stored.
+    """
+    changed = [i for i, h in request.hashes.items() if i in known and known[i] != h]
+    if changed:
+        raise ConflictError(
+            f"event {changed[0]} was already received with a different body",
+            hint="an event id is sent again only as an exact replay; use a new id",
+        )
+    fresh = [event for event in request.batch if event.id not in known]
+    known.update((event.id, request.hashes[event.id]) for event in fresh)
+    return fresh
+
+
+# What judging and writing a batch needs of the sandbox row (not its JSON spec).
+_GROUP_COLUMNS = ("id", "run_id", "attempt", "status", "token_hash", "last_seq", "started_at")
+# PostgreSQL: one statement per step whatever the group's size, each column one binary array
+# parameter: prepared once, no per-row SQL, ids looked up one by one in the unique index
+# (IN lists would be a new statement per size, and a generic plan may scan the table).
+_PG_SANDBOXES = f"SELECT {', '.join(_GROUP_COLUMNS)} FROM sandboxes WHERE id = ANY(%b::varchar[])"
+_PG_KNOWN_EVENTS = """
+SELECT e.sandbox_id, e.event_id, e.body_hash
+FROM unnest(%b::varchar[], %b::varchar[]) AS k(sandbox_id, event_id)
+JOIN events AS e ON e.sandbox_id = k.sandbox_id AND e.event_id = k.event_id
+"""
+_EVENT_COLUMNS = (
+    "sandbox_id",
+    "run_id",
+    "event_id",
+    "attempt",
+    "seq",
+    "type",
+    "time",
+    "data",
+    "body_hash",
+)
+_PG_INSERT_EVENTS = """
+INSERT INTO events (sandbox_id, run_id, event_id, attempt, seq, type, time, data, body_hash,
+                    received_at)
+SELECT u.*, %b FROM unnest(%b::varchar[], %b::varchar[], %b::varchar[], %b::integer[],
+                           %b::integer[], %b::varchar[], %b::timestamptz[], %b::json[],
+                           %b::varchar[]) AS u
+ON CONFLICT (sandbox_id, event_id) DO NOTHING
+"""
+_PROGRESS_KEYS = (
+    "p_id",
+    "p_attempt",
+    "p_last_seq",
+    "p_started_at",
+    "p_step",
+    "p_steps_total",
+    "p_cost_usd",
+    "p_tokens",
+    "p_error",
+    "p_transient",
+)
+_PG_UPDATE_PROGRESS = """
+UPDATE sandboxes AS s
+SET last_seq = u.last_seq, started_at = COALESCE(s.started_at, u.started_at),
+    step = COALESCE(u.step, s.step), steps_total = COALESCE(u.steps_total, s.steps_total),
+    cost_usd = COALESCE(u.cost_usd, s.cost_usd), tokens = COALESCE(u.tokens, s.tokens),
+    error = COALESCE(u.error, s.error), transient = COALESCE(u.transient, s.transient)
+FROM unnest(%b::varchar[], %b::integer[], %b::integer[], %b::timestamptz[], %b::integer[],
+            %b::integer[], %b::float8[], %b::integer[], %b::text[], %b::boolean[])
+     AS u(id, attempt, last_seq, started_at, step, steps_total, cost_usd, tokens, error,
+          transient)
+WHERE s.id = u.id AND s.attempt = u.attempt
+"""
+# SQLite: the same update, executemany.
+_PROGRESS_UPDATE = (
+    update(sandboxes)
+    .where(sandboxes.c.id == bindparam("p_id"), sandboxes.c.attempt == bindparam("p_attempt"))
+    .values(
+        last_seq=bindparam("p_last_seq"),
+        started_at=func.coalesce(
+            sandboxes.c.started_at, bindparam("p_started_at", type_=UTCDateTime())
+        ),
+        step=func.coalesce(bindparam("p_step", type_=Integer), sandboxes.c.step),
+        steps_total=func.coalesce(
+            bindparam("p_steps_total", type_=Integer), sandboxes.c.steps_total
+        ),
+        cost_usd=func.coalesce(bindparam("p_cost_usd", type_=Float), sandboxes.c.cost_usd),
+        tokens=func.coalesce(bindparam("p_tokens", type_=Integer), sandboxes.c.tokens),
+        error=func.coalesce(bindparam("p_error", type_=Text), sandboxes.c.error),
+        transient=func.coalesce(bindparam("p_transient", type_=Boolean), sandboxes.c.transient),
+    )
+)
+
+
+def _lookup(
+    conn: Connection, requests: Sequence[EventRequest]
+) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """The sandbox rows, and the stored body hash of each event id, by sandbox."""
+    ids = sorted({r.sandbox_id for r in requests})
+    keys = [(r.sandbox_id, i) for r in requests for i in r.hashes]
+    found: Any
+    if conn.dialect.name == "postgresql":
+        from psycopg.rows import namedtuple_row
+
+        with _driver(conn) as driver, driver.pipeline():
+            rows_cursor = driver.cursor(row_factory=namedtuple_row)
+            rows_cursor.execute(_PG_SANDBOXES, [ids])
+            known_cursor = driver.cursor()
+            known_cursor.execute(_PG_KNOWN_EVENTS, [[k[0] for k in keys], [k[1] for k in keys]])
+        rows, found = rows_cursor.fetchall(), known_cursor.fetchall()
+    else:
+        rows = conn.execute(
+            select(*(sandboxes.c[c] for c in _GROUP_COLUMNS)).where(sandboxes.c.id.in_(ids))
+        ).all()
+        found = conn.execute(
+            select(events.c.sandbox_id, events.c.event_id, events.c.body_hash).where(
+                tuple_(events.c.sandbox_id, events.c.event_id).in_(keys)
+            )
+        ).all()
+    known: dict[str, dict[str, str]] = {}
+    for sandbox_id, event_id, body_hash in found:
+        known.setdefault(sandbox_id, {})[event_id] = body_hash
+    return {r.id: r for r in rows}, known
+
+
+def _store(conn: Connection, rows: list[dict[str, Any]], progress: list[dict[str, Any]]) -> None:
+    """INSERT ... ON CONFLICT DO NOTHING (a replay racing its original is stored once),
+    then the progress of each sandbox."""
+    if conn.dialect.name != "postgresql":
+        conn.execute(
+            sqlite.insert(events).on_conflict_do_nothing(index_elements=["sandbox_id", "event_id"]),
+            rows,
+        )
+        conn.execute(_PROGRESS_UPDATE, progress)
+        return
+    columns = [[r[c] for r in rows] for c in _EVENT_COLUMNS]
+    columns[_EVENT_COLUMNS.index("data")] = [json.dumps(r["data"]) for r in rows]
+    with _driver(conn) as driver, driver.pipeline(), driver.cursor() as cursor:
+        cursor.execute(_PG_INSERT_EVENTS, [rows[0]["received_at"], *columns])
+        cursor.execute(_PG_UPDATE_PROGRESS, [[v[k] for v in progress] for k in _PROGRESS_KEYS])
+
+
+@contextmanager
+def _driver(conn: Connection) -> Iterator[Any]:
+    """psycopg's connection under `conn` (same transaction); its errors as SQLAlchemy's."""
+    driver = conn.connection.driver_connection
+    dbapi = conn.dialect.loaded_dbapi
+    try:
+        yield driver
+    except dbapi.Error as e:
+        raise DBAPIError.instance(None, None, e, dbapi.Error) from e
+
+
+def progress_values(row: Any, fresh: list[IncomingEvent]) -> dict[str, Any]:
+    """What the fresh events say about the sandbox, as the progress update's parameters.
+
+    None keeps the column as it is; the latest event (by seq) wins. Pure.
+    """
+    values: dict[str, Any] = dict.fromkeys(_PROGRESS_KEYS)
+    values.update(
+        p_id=row.id, p_attempt=row.attempt, p_last_seq=max([row.last_seq, *(e.seq for e in fresh)])
+    )
     for event in sorted(fresh, key=lambda e: e.seq):
         data = event.data
         if event.type is EventType.STARTED and row.started_at is None:
-            changes["started_at"] = event.time
-        if "step" in data and isinstance(data["step"], int):
-            changes["step"] = data["step"]
-        if "steps_total" in data and isinstance(data["steps_total"], int):
-            changes["steps_total"] = data["steps_total"]
+            values["p_started_at"] = event.time
+        for key in ("step", "steps_total", "tokens"):
+            if _is_int32(data.get(key)):
+                values[f"p_{key}"] = data[key]
         if isinstance(data.get("cost_usd"), int | float):
-            changes["cost_usd"] = float(data["cost_usd"])
-        if isinstance(data.get("tokens"), int):
-            changes["tokens"] = data["tokens"]
+            values["p_cost_usd"] = float(data["cost_usd"])
         if event.type is EventType.FAILED:
             error = data.get("error") or {}
-            changes["error"] = f"{error.get('type')}: {error.get('message')}"
-            changes["transient"] = bool(error.get("transient"))
-    conn.execute(
-        update(sandboxes)
-        .where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt)
-        .values(**changes)
+            values["p_error"] = f"{error.get('type')}: {error.get('message')}"
+            values["p_transient"] = bool(error.get("transient"))
+    return values
+
+
+def _is_int32(value: Any) -> bool:
+    """An integer the progress columns can hold (bools are not progress)."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31
+
+
+def _write_alone(engine: Engine, request: EventRequest) -> None:
+    """One request in its own transaction; a database failure becomes its error."""
+    try:
+        with engine.begin() as conn:
+            write_group(conn, [request])
+    except SQLAlchemyError as e:
+        _fail(request, e)
+
+
+def _fail(request: EventRequest, e: SQLAlchemyError) -> None:
+    request.answer = None
+    if isinstance(e, DataError):
+        request.error = InputError(
+            f"the batch holds a value the database cannot store: {_first_line(e)}",
+            hint="send UTF-8 text without NUL characters, and numbers in range",
+        )
+    else:
+        request.error = UnavailableError(
+            f"events not stored: database error: {_first_line(e)}",
+            hint="retry later; the controller recovers when the database does",
+        )
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _is_disconnect(e: SQLAlchemyError) -> bool:
+    """The database is down or the connection broke: writing one by one cannot help."""
+    return isinstance(e, OperationalError) or (
+        isinstance(e, DBAPIError) and e.connection_invalidated
     )
+
+
+Pending = tuple[EventRequest, "Future[dict[str, Any]]"]
+
+
+class EventWriter:
+    """Group commit: one thread stores every batch queued meanwhile in one transaction.
+
+    `submit` returns a Future resolved after the commit (with the answer) or with the
+    request's error. The thread starts on demand, keeps its connection while work
+    keeps coming, and ends after a few idle seconds. (Two threads, each for half of the
+    sandboxes, measured no faster.)
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._queue: queue.Queue[Pending] = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, request: EventRequest) -> Future[dict[str, Any]]:
+        future: Future[dict[str, Any]] = Future()
+        self._queue.put((request, future))
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="event-writer",
+                                                daemon=True)
+                self._thread.start()
+        return future
+
+    def _run(self) -> None:
+        conn: Connection | None = None  # kept while work keeps coming
+        try:
+            while True:
+                held = conn is not None
+                first = self._take(
+                    WRITER_LINGER_S if held else WRITER_IDLE_EXIT_S, exit_when_idle=not held
+                )
+                if first is not None:
+                    conn = self._write(conn, self._fill([first]))
+                elif conn is not None:
+                    conn.close()
+                    conn = None
+                else:
+                    return
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _take(self, timeout_s: float, exit_when_idle: bool) -> Pending | None:
+        """The next queued request, or None; with `exit_when_idle`, None ends the thread."""
+        try:
+            return self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            if not exit_when_idle:
+                return None
+        with self._lock:
+            if self._queue.empty():
+                self._thread = None
+                return None
+        return self._queue.get_nowait()
+
+    def _fill(self, group: list[Pending]) -> list[Pending]:
+        """Add whatever else is queued, up to the group's limits."""
+        events_in_group = sum(len(request.batch) for request, _ in group)
+        while len(group) < MAX_GROUP_REQUESTS and events_in_group < MAX_GROUP_EVENTS:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            group.append(item)
+            events_in_group += len(item[0].batch)
+        return group
+
+    def _write(self, conn: Connection | None, group: list[Pending]) -> Connection | None:
+        """Write a group, answer its requests; the connection to keep for the next group."""
+        requests = [request for request, _ in group]
+        try:
+            conn = self._write_or_isolate(conn, requests)
+        except Exception as e:  # the thread must answer every request, whatever happened
+            logger.exception("event writer failed")
+            for _, future in group:
+                future.set_exception(e)
+            return None
+        for request, future in group:
+            if request.error is not None:
+                future.set_exception(request.error)
+            else:
+                assert request.answer is not None
+                future.set_result(request.answer)
+        return conn
+
+    def _write_or_isolate(
+        self, conn: Connection | None, requests: list[EventRequest]
+    ) -> Connection | None:
+        """One transaction for the group; after a failure, one per request (unless the
+        database is down, which fails them all at once)."""
+        held = conn is not None
+        try:
+            conn = conn or self.engine.connect()
+            with conn.begin():
+                write_group(conn, requests)
+            return conn
+        except SQLAlchemyError as e:
+            if conn is not None:  # whatever broke, the next group gets a fresh connection
+                conn.invalidate()
+                conn.close()
+            if held and _is_disconnect(e):  # the kept connection went stale: once more
+                return self._write_or_isolate(None, requests)
+            if _is_disconnect(e) or len(requests) == 1:
+                for request in requests:
+                    _fail(request, e)
+            else:
+                logger.warning(
+                    "a group of %d event batches failed (%s); writing them one by one",
+                    len(requests),
+                    _first_line(e),
+                )
+                for request in requests:
+                    _write_alone(self.engine, request)
+            return None
 
 
 def load_sandbox(engine: Engine, sandbox_id: str) -> Any:

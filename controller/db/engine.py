@@ -34,19 +34,35 @@ def create_db_engine(url: str) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if parsed.get_backend_name() == "postgresql":
-        connect_args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
         return create_engine(
             url,
+            # The API's worker threads, the reconciler and the event writer share the pool.
             pool_size=10,
             max_overflow=20,
-            pool_pre_ping=True,
             pool_timeout=10,
-            connect_args=connect_args,
+            # Recovery: a connection is tested when taken from the pool, so after a database
+            # restart the first use of each stale one reconnects instead of failing.
+            pool_pre_ping=True,
+            pool_recycle=1800,
+            connect_args=_postgres_connect_args(),
         )
     raise ConfigError(
         f"unsupported database {parsed.get_backend_name()!r} in SIMPLE_DATABASE_URL",
         hint="SIMPLE supports SQLite and PostgreSQL",
     )
+
+
+def _postgres_connect_args() -> dict[str, Any]:
+    """libpq options: bounded connect time, and TCP keepalives so that a server that
+    vanished (host down, network cut) is noticed in about a minute, not hours."""
+    return {
+        "connect_timeout": CONNECT_TIMEOUT_S,
+        "application_name": "simple-controller",
+        "keepalives": 1,
+        "keepalives_idle": 30,
+        "keepalives_interval": 10,
+        "keepalives_count": 3,
+    }
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -99,6 +115,8 @@ def check_ready(engine: Engine) -> None:
             f"database unreachable: {type(e).__name__}: {str(e).splitlines()[0]}",
             hint="check SIMPLE_DATABASE_URL and that the server is up",
         ) from e
+    if current is None:
+        raise UnavailableError("database is not migrated", hint="run `simplectl db upgrade`")
     if current != head_revision():
         raise UnavailableError(
             f"database schema is at {current}, expected {head_revision()}",
