@@ -31,6 +31,11 @@ class Outcome:
     exited_at: datetime | None = None
 
 
+# When fetching each attempt's snapshot first failed; a store down for longer than
+# SIMPLE_STORE_RETRY_S ends the attempt with the reason instead of retrying forever.
+_store_failing_since: dict[tuple[str, int], datetime] = {}
+
+
 def backoff_s(attempt: int, base: float, cap: float, rng: random.Random) -> float:
     """Capped exponential backoff with full jitter after attempt number `attempt`."""
     return rng.uniform(0, min(cap, base * 2 ** (attempt - 1)))
@@ -71,9 +76,18 @@ def finish_attempt(
         values["status"] = outcome.status
         try:
             rows, problem = _fetch_snapshot(store, settings, row)
+            _store_failing_since.pop((row.id, row.attempt), None)
         except StoreError as e:
-            logger.warning("cannot fetch the snapshot of %s yet (will retry): %s", row.id, e)
-            return
+            since = _store_failing_since.setdefault((row.id, row.attempt), now)
+            if now - since < timedelta(seconds=settings.store_retry_s):
+                logger.warning("cannot fetch the snapshot of %s yet (will retry): %s", row.id, e)
+                return
+            _store_failing_since.pop((row.id, row.attempt), None)
+            rows, problem = (
+                None,
+                f"snapshot not aggregated: the store failed for "
+                f"{settings.store_retry_s:.0f} s ({e.message})",
+            )
         if problem:
             values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
     try:

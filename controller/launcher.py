@@ -13,7 +13,7 @@ from sqlalchemy import Engine, insert, update
 
 from controller.backends.base import Backend, Resources, SandboxSpec
 from controller.db.schema import attempts, sandboxes
-from controller.errors import BackendError
+from controller.errors import BackendError, SimpleError
 from controller.finisher import Outcome, finish_attempt
 from controller.settings import Settings
 from controller.states import SandboxStatus
@@ -51,6 +51,11 @@ class Launcher:
         token_hash = hash_token(token)
         attempt = row.attempt + 1
         prior_cost = row.prior_cost_usd + row.cost_usd
+        try:  # the upload URL may need the store (presigning): fail here, not half-launched
+            spec = self.build_spec(run.id, row, attempt, token, token_hash)
+        except SimpleError as e:
+            self._refuse(row, now, f"cannot prepare the sandbox: {e}")
+            return None
         with self.engine.begin() as conn:
             claimed = conn.execute(
                 update(sandboxes)
@@ -100,7 +105,16 @@ class Launcher:
                 "transient": None,
             }
         )
-        return Claim(claimed_row, self.build_spec(run.id, row, attempt, token, token_hash))
+        return Claim(claimed_row, spec)
+
+    def _refuse(self, row: Any, now: datetime, error: str) -> None:
+        logger.warning("sandbox %s not launched: %s", row.id, error)
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(sandboxes)
+                .where(sandboxes.c.id == row.id, sandboxes.c.status == SandboxStatus.PENDING)
+                .values(status=SandboxStatus.FAILED, error=error, finished_at=now)
+            )
 
     def start(self, claim: Claim, now: datetime, rng: random.Random) -> bool:
         """Ask the backend to start a claimed attempt; a refusal ends the attempt."""

@@ -75,6 +75,12 @@ class Settings(BaseSettings):
     snapshot_max_bytes: int = Field(
         64 * 1024 * 1024, gt=0, description="Largest snapshot accepted."
     )
+    store_retry_s: float = Field(
+        600.0,
+        gt=0,
+        description="How long aggregation retries a failing store before it "
+        "records the sandbox without its snapshot.",
+    )
     lost_grace_s: float = Field(
         10.0, ge=0, description="How long a launched sandbox may be unseen before it is lost."
     )

@@ -75,6 +75,12 @@ fi
 mkdir -p "$dir"
 if [[ "$(id -u)" == 0 ]]; then
     chown postgres: "$dir"
+    if ! runuser -u postgres -- test -x "$dir"; then
+        echo "start-postgres.sh: the postgres user cannot reach $dir (a parent directory is" \
+             "closed to it, e.g. made by a bare mktemp -d); give --dir a directory under /tmp," \
+             "e.g. --dir \"\$(mktemp -d /tmp/simple-pg.XXXXXX)\"" >&2
+        exit 1
+    fi
 fi
 chmod 700 "$dir"
 

@@ -103,7 +103,9 @@ class EventIn(BaseModel):
     """One sandbox event, as the contract defines it."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_FAILED_NEEDS_ERROR)
-    id: str = Field(min_length=1, max_length=100, description="Unique per event")
+    id: str = Field(
+        min_length=1, max_length=100, pattern=r"^[^\x00]+$", description="Unique per event"
+    )
     seq: int = Field(ge=1, le=2**31 - 1, description="Increases by one per sandbox")
     type: EventType
     time: AwareDatetime
