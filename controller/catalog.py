@@ -18,12 +18,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from controller.errors import CatalogError, UnknownNameError
+from controller.errors import CatalogError, InputError, UnknownNameError
+from controller.quantities import memory_bytes, nano_cpus
 
 TEMPLATE_ID = re.compile(r"^[a-z0-9_]+$")
 MECHANISM = re.compile(r"^M([1-9]|1[0-7])$")
-CPU_QUANTITY = re.compile(r"^([0-9]+m|[0-9]+(\.[0-9]+)?)$")
-MEMORY_QUANTITY = re.compile(r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
 
 
 class EstimateModel(BaseModel):
@@ -48,18 +47,20 @@ class ResourcesModel(BaseModel):
     @field_validator("cpu", mode="before")
     @classmethod
     def _cpu(cls, value: object) -> str:
-        text = str(value)
-        if not CPU_QUANTITY.match(text):
-            raise ValueError(f'{text!r} is not a CPU quantity such as "500m" or "1"')
-        return text
+        try:
+            nano_cpus(str(value))
+        except InputError as e:
+            raise ValueError(f"{e.message}; {e.hint}") from None
+        return str(value)
 
     @field_validator("memory", mode="before")
     @classmethod
     def _memory(cls, value: object) -> str:
-        text = str(value)
-        if not MEMORY_QUANTITY.match(text):
-            raise ValueError(f'{text!r} is not a memory quantity such as "512Mi" or "1Gi"')
-        return text
+        try:
+            memory_bytes(str(value))
+        except InputError as e:
+            raise ValueError(f"{e.message}; {e.hint}") from None
+        return str(value)
 
 
 class TemplateModel(BaseModel):

@@ -10,12 +10,11 @@ printed is what is started.
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal
 from typing import Any
 
 from controller.backends.base import Resources, SandboxSpec
 from controller.errors import InputError
+from controller.quantities import MEMORY_FORMS, memory_bytes, nano_cpus
 
 WORK_DIR = "/work"
 # tmpfs mounts: the only writable places. Their pages count against the memory limit.
@@ -25,35 +24,10 @@ TMPFS_MOUNTS: dict[str, str] = {
 }
 DOCKER_MIN_MEMORY_BYTES = 6 * 1024 * 1024  # the engine refuses smaller limits
 
-_MEMORY_SUFFIXES: dict[str, int] = {
-    "": 1,
-    "k": 10**3,
-    "K": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-}
-_MEMORY_PATTERN = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?\s*$")
-_CPU_PATTERN = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(m)?\s*$")
-MEMORY_FORMS = "plain bytes (536870912), Ki/Mi/Gi/Ti (512Mi) or K/M/G/T (512M)"
-CPU_FORMS = 'cores ("1", "1.5") or millicores ("500m")'
-
 
 def parse_memory(value: str | int) -> int:
-    """A Kubernetes memory quantity ("512Mi", "1G", "1048576") in bytes."""
-    match = _MEMORY_PATTERN.match(str(value))
-    if match is None:
-        raise InputError(
-            f"memory {value!r} is not a quantity",
-            hint=f"write memory as {MEMORY_FORMS}",
-            field="resources.memory",
-        )
-    number, suffix = match.groups()
-    size = int(Decimal(number) * _MEMORY_SUFFIXES[suffix or ""])
+    """A Kubernetes memory quantity in bytes, at least what Docker accepts."""
+    size = memory_bytes(value)
     if size < DOCKER_MIN_MEMORY_BYTES:
         raise InputError(
             f"memory {value!r} is below the 6Mi that Docker accepts",
@@ -65,19 +39,7 @@ def parse_memory(value: str | int) -> int:
 
 def parse_cpu(value: str | int | float) -> int:
     """A Kubernetes cpu quantity ("500m", "1.5", "2") in nano-CPUs (1 core = 10**9)."""
-    match = _CPU_PATTERN.match(str(value))
-    nano = 0
-    if match is not None:
-        number, milli = match.groups()
-        cores = Decimal(number) / (1000 if milli else 1)
-        nano = int(cores * 10**9)
-    if nano <= 0:
-        raise InputError(
-            f"cpu {value!r} is not a positive cpu quantity",
-            hint=f"write cpu as {CPU_FORMS}",
-            field="resources.cpu",
-        )
-    return nano
+    return nano_cpus(value)
 
 
 def resource_limits(resources: Resources) -> dict[str, Any]:
