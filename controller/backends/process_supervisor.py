@@ -2,21 +2,18 @@
 
     python -I -S process_supervisor.py DIR MEMORY_BYTES -- COMMAND...
 
-It starts COMMAND in its own process group with DIR/work as working directory and
-output to DIR/output.log, kills it (SIGKILL) if its resident memory passes
-MEMORY_BYTES (0 = no limit), and writes DIR/exit.json when it ends. It lives in
-its own session, so it outlives a controller that is killed and lets a new
-controller read the exit it recorded.
+It starts COMMAND in its own session and process group with DIR/work as working
+directory and output to DIR/output.log, kills it (SIGKILL) if its resident memory
+passes MEMORY_BYTES (0 = no limit), and writes DIR/exit.json when it ends. It
+lives in its own session, so it outlives a controller that is killed and lets a
+new controller read the exit it recorded. It imports nothing heavier than `os`
+(no subprocess, no json): its start-up is on every sandbox's launch path.
 """
 
-import contextlib
-import json
 import os
 import signal
-import subprocess
 import sys
 import time
-from typing import Any, BinaryIO
 
 POLL_S = 0.05
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -30,46 +27,63 @@ def rss_bytes(pid: int) -> int:
         return 0
 
 
-def write_json(path: str, data: dict[str, Any]) -> None:
+def write_record(path: str, fields: dict[str, object]) -> None:
+    """A flat JSON object of numbers, booleans and nulls, written atomically."""
+    def encode(value: object) -> str:
+        if value is None:
+            return "null"
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return repr(value)
+
+    body = ", ".join(f'"{key}": {encode(value)}' for key, value in fields.items())
     tmp = path + ".tmp"
     with open(tmp, "w") as handle:
-        json.dump(data, handle)
+        handle.write("{" + body + "}")
     os.replace(tmp, path)
 
 
-def supervise(directory: str, memory_limit: int, command: list[str], log: BinaryIO) -> None:
-    try:
-        child = subprocess.Popen(
-            command,
-            cwd=os.path.join(directory, "work"),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    except OSError as e:
-        log.write(f"simple: cannot start {command!r}: {e}\n".encode())
-        write_json(
-            os.path.join(directory, "exit.json"),
-            {"exit_code": 127, "oom_killed": False, "finished_at": time.time()},
-        )
-        return
-    write_json(os.path.join(directory, "child.json"), {"pid": child.pid, "pgid": child.pid})
+def spawn(directory: str, command: list[str], log_fd: int) -> int:
+    """Fork and exec COMMAND as the leader of a new session; 127 if it cannot start."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        try:
+            os.setsid()
+            os.chdir(os.path.join(directory, "work"))
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(log_fd, 1)
+            os.dup2(log_fd, 2)
+            os.execvp(command[0], command)
+        except OSError as e:
+            os.write(2, f"simple: cannot start {command!r}: {e}\n".encode())
+        os._exit(127)
+    return pid
+
+
+def supervise(directory: str, memory_limit: int, command: list[str], log_fd: int) -> None:
+    pid = spawn(directory, command, log_fd)
+    write_record(os.path.join(directory, "child.json"), {"pid": pid, "pgid": pid})
     oom = False
-    while child.poll() is None:
-        if memory_limit and rss_bytes(child.pid) > memory_limit:
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if memory_limit and rss_bytes(pid) > memory_limit:
             oom = True
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
+            os.killpg(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
             break
         time.sleep(POLL_S)
-    code = child.returncode
+    code = os.waitstatus_to_exitcode(status)
     # The group may hold grandchildren; the sandbox ends with all of them.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGKILL)
+    try:  # noqa: SIM105 - contextlib would add to every sandbox's start-up
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     if oom:
-        log.write(b"simple: killed: resident memory passed the sandbox's memory limit\n")
-    write_json(
+        os.write(log_fd, b"simple: killed: resident memory passed the sandbox's memory limit\n")
+    write_record(
         os.path.join(directory, "exit.json"),
         {
             "exit_code": 128 - code if code < 0 else code,
@@ -82,8 +96,11 @@ def supervise(directory: str, memory_limit: int, command: list[str], log: Binary
 
 def main(argv: list[str]) -> int:
     directory, memory_limit, command = argv[1], int(argv[2]), argv[4:]
-    with open(os.path.join(directory, "output.log"), "ab", buffering=0) as log:
-        supervise(directory, memory_limit, command, log)
+    log_fd = os.open(os.path.join(directory, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        supervise(directory, memory_limit, command, log_fd)
+    finally:
+        os.close(log_fd)
     return 0
 
 
