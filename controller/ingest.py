@@ -5,14 +5,11 @@ the same id with another body is a conflict and stores nothing of its batch.
 The batch is committed before the answer is sent. Progress shows on the
 sandbox row in the same transaction.
 
-Under load, batches are written by group commit: the `EventWriter` thread takes
-every batch queued while its previous transaction ran and stores them all in
-one transaction, then answers each request. Each request is still judged on its
-own (401/403/409 fail only that request). On PostgreSQL a group costs three
-round trips: the sandboxes and the already-known ids (pipelined), the rows and
-the progress (pipelined, each one statement with one array per column), and the
-commit. When a group fails for a reason other than the database being down,
-its requests are written one by one, so one bad batch fails alone.
+`write_group` stores many requests' batches in one transaction, each request
+judged on its own (401/403/409 fail only that request); `controller.event_writer`
+calls it by group commit. On PostgreSQL a group costs three round trips: the
+sandboxes and the already-known ids (pipelined), the rows and the progress
+(pipelined, each one statement with one array per column), and the commit.
 """
 
 from __future__ import annotations
@@ -20,10 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import queue
-import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,7 +37,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.exc import DataError, DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DataError, DBAPIError, SQLAlchemyError
 
 from controller.db.schema import UTCDateTime, events, sandboxes
 from controller.errors import (
@@ -63,10 +57,6 @@ logger = logging.getLogger(__name__)
 
 PERSISTENCE_FLAG = "ingest_persistence"
 """`app.state` attribute; False makes the events route answer without storing (benchmarks only)."""
-MAX_GROUP_REQUESTS = 256
-MAX_GROUP_EVENTS = 10_000
-WRITER_LINGER_S = 1.0  # keep the connection this long after a group, for the next one
-WRITER_IDLE_EXIT_S = 5.0  # end the thread after this long without work
 
 
 @dataclass(frozen=True)
@@ -175,7 +165,7 @@ def ingest_events(
 ) -> dict[str, Any]:
     """Authorize, dedupe and store one batch in its own transaction; the answer."""
     request = EventRequest(sandbox_id, authorization, batch)
-    _write_alone(engine, request)
+    write_alone(engine, request)
     if request.error is not None:
         raise request.error
     assert request.answer is not None
@@ -412,159 +402,31 @@ def _is_int32(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31
 
 
-def _write_alone(engine: Engine, request: EventRequest) -> None:
+def write_alone(engine: Engine, request: EventRequest) -> None:
     """One request in its own transaction; a database failure becomes its error."""
     try:
         with engine.begin() as conn:
             write_group(conn, [request])
     except SQLAlchemyError as e:
-        _fail(request, e)
+        fail_request(request, e)
 
 
-def _fail(request: EventRequest, e: SQLAlchemyError) -> None:
+def fail_request(request: EventRequest, e: SQLAlchemyError) -> None:
     request.answer = None
     if isinstance(e, DataError):
         request.error = InputError(
-            f"the batch holds a value the database cannot store: {_first_line(e)}",
+            f"the batch holds a value the database cannot store: {first_line(e)}",
             hint="send UTF-8 text without NUL characters, and numbers in range",
         )
     else:
         request.error = UnavailableError(
-            f"events not stored: database error: {_first_line(e)}",
+            f"events not stored: database error: {first_line(e)}",
             hint="retry later; the controller recovers when the database does",
         )
 
 
-def _first_line(e: Exception) -> str:
+def first_line(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
-
-
-def _is_disconnect(e: SQLAlchemyError) -> bool:
-    """The database is down or the connection broke: writing one by one cannot help."""
-    return isinstance(e, OperationalError) or (
-        isinstance(e, DBAPIError) and e.connection_invalidated
-    )
-
-
-Pending = tuple[EventRequest, "Future[dict[str, Any]]"]
-
-
-class EventWriter:
-    """Group commit: one thread stores every batch queued meanwhile in one transaction.
-
-    `submit` returns a Future resolved after the commit (with the answer) or with the
-    request's error. The thread starts on demand, keeps its connection while work
-    keeps coming, and ends after a few idle seconds. (Two threads, each for half of the
-    sandboxes, measured no faster.)
-    """
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._queue: queue.Queue[Pending] = queue.Queue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def submit(self, request: EventRequest) -> Future[dict[str, Any]]:
-        future: Future[dict[str, Any]] = Future()
-        self._queue.put((request, future))
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="event-writer",
-                                                daemon=True)
-                self._thread.start()
-        return future
-
-    def _run(self) -> None:
-        conn: Connection | None = None  # kept while work keeps coming
-        try:
-            while True:
-                held = conn is not None
-                first = self._take(
-                    WRITER_LINGER_S if held else WRITER_IDLE_EXIT_S, exit_when_idle=not held
-                )
-                if first is not None:
-                    conn = self._write(conn, self._fill([first]))
-                elif conn is not None:
-                    conn.close()
-                    conn = None
-                else:
-                    return
-        finally:
-            if conn is not None:
-                conn.close()
-
-    def _take(self, timeout_s: float, exit_when_idle: bool) -> Pending | None:
-        """The next queued request, or None; with `exit_when_idle`, None ends the thread."""
-        try:
-            return self._queue.get(timeout=timeout_s)
-        except queue.Empty:
-            if not exit_when_idle:
-                return None
-        with self._lock:
-            if self._queue.empty():
-                self._thread = None
-                return None
-        return self._queue.get_nowait()
-
-    def _fill(self, group: list[Pending]) -> list[Pending]:
-        """Add whatever else is queued, up to the group's limits."""
-        events_in_group = sum(len(request.batch) for request, _ in group)
-        while len(group) < MAX_GROUP_REQUESTS and events_in_group < MAX_GROUP_EVENTS:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            group.append(item)
-            events_in_group += len(item[0].batch)
-        return group
-
-    def _write(self, conn: Connection | None, group: list[Pending]) -> Connection | None:
-        """Write a group, answer its requests; the connection to keep for the next group."""
-        requests = [request for request, _ in group]
-        try:
-            conn = self._write_or_isolate(conn, requests)
-        except Exception as e:  # the thread must answer every request, whatever happened
-            logger.exception("event writer failed")
-            for _, future in group:
-                future.set_exception(e)
-            return None
-        for request, future in group:
-            if request.error is not None:
-                future.set_exception(request.error)
-            else:
-                assert request.answer is not None
-                future.set_result(request.answer)
-        return conn
-
-    def _write_or_isolate(
-        self, conn: Connection | None, requests: list[EventRequest]
-    ) -> Connection | None:
-        """One transaction for the group; after a failure, one per request (unless the
-        database is down, which fails them all at once)."""
-        held = conn is not None
-        try:
-            conn = conn or self.engine.connect()
-            with conn.begin():
-                write_group(conn, requests)
-            return conn
-        except SQLAlchemyError as e:
-            if conn is not None:  # whatever broke, the next group gets a fresh connection
-                conn.invalidate()
-                conn.close()
-            if held and _is_disconnect(e):  # the kept connection went stale: once more
-                return self._write_or_isolate(None, requests)
-            if _is_disconnect(e) or len(requests) == 1:
-                for request in requests:
-                    _fail(request, e)
-            else:
-                logger.warning(
-                    "a group of %d event batches failed (%s); writing them one by one",
-                    len(requests),
-                    _first_line(e),
-                )
-                for request in requests:
-                    _write_alone(self.engine, request)
-            return None
 
 
 def load_sandbox(engine: Engine, sandbox_id: str) -> Any:

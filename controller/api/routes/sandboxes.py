@@ -27,10 +27,10 @@ from controller.errors import (
     SimpleError,
     UnauthorizedError,
 )
+from controller.event_writer import EventWriter
 from controller.ingest import (
     PERSISTENCE_FLAG,
     EventRequest,
-    EventWriter,
     IncomingEvent,
     answer_without_storing,
     load_sandbox,
