@@ -40,11 +40,6 @@ class Launcher:
     ) -> None:
         self.engine, self.backend, self.store, self.settings = engine, backend, store, settings
 
-    def launch(self, run: Any, row: Any, now: datetime, rng: random.Random) -> bool:
-        """Claim and start the next attempt of `row`; False if it was not started."""
-        claim = self.claim(run, row, now)
-        return claim is not None and self.start(claim, now, rng)
-
     def claim(self, run: Any, row: Any, now: datetime) -> Claim | None:
         """Mark the next attempt running in the database (fast); None if already claimed."""
         token = new_token()

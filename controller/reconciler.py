@@ -188,8 +188,6 @@ class Reconciler:
         for key, seen in observed.items():
             if key in wanted or not self._ours(seen):
                 continue
-            if seen.state != ObservedState.EXITED and self._still_pending_launch(seen):
-                continue
             logger.info(
                 "removing sandbox %s attempt %d: no active run wants it",
                 seen.sandbox_id,
@@ -209,18 +207,6 @@ class Reconciler:
         with self.engine.connect() as conn:
             known = conn.execute(select(runs.c.id).where(runs.c.id == seen.run_id)).first()
         return known is not None
-
-    def _still_pending_launch(self, seen: Observed) -> bool:
-        """A sandbox launched during this pass shows up before its row says running."""
-        with self.engine.connect() as conn:
-            row = conn.execute(
-                select(sandboxes.c.status, sandboxes.c.attempt).where(
-                    sandboxes.c.id == seen.sandbox_id
-                )
-            ).first()
-        return (
-            row is not None and row.status == SandboxStatus.RUNNING and row.attempt == seen.attempt
-        )
 
     def _drive_run(self, run: Any) -> None:
         with self.engine.connect() as conn:

@@ -8,11 +8,8 @@ created is found by that label and removed afterwards, and nothing else is touch
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +21,8 @@ from sandbox_image.contract import (
     LABEL_RUN_ID,
     SandboxEnv,
 )
+from tests.docker_support import SANDBOX_IMAGE, connect_docker, ensure_sandbox_image
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SANDBOX_IMAGE = "simple-sandbox:latest"
 DUMMY_CONTROLLER_URL = "http://127.0.0.1:9"  # discard port: nothing answers
 
 MakeSpec = Callable[..., SandboxSpec]
@@ -73,15 +69,7 @@ def make_spec() -> MakeSpec:
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[Any]:
     """A client of the real engine; skip (fail in CI) when there is none."""
-    docker = pytest.importorskip("docker")
-    try:
-        client = docker.from_env(timeout=30)
-        client.ping()
-    except Exception as e:
-        message = f"Docker engine not reachable: {e}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    client = connect_docker()
     yield client
     client.close()
 
@@ -89,17 +77,7 @@ def docker_client() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def sandbox_image(docker_client: Any) -> str:
     """simple-sandbox:latest, built with docker/build-images.sh if missing (slow once)."""
-    docker = pytest.importorskip("docker")
-    try:
-        docker_client.images.get(SANDBOX_IMAGE)
-    except docker.errors.ImageNotFound:
-        subprocess.run(
-            ["bash", str(REPO_ROOT / "docker" / "build-images.sh"), "sandbox"],
-            cwd=REPO_ROOT,
-            check=True,
-            timeout=1200,
-        )
-    return SANDBOX_IMAGE
+    return ensure_sandbox_image(docker_client)
 
 
 @pytest.fixture
@@ -107,7 +85,8 @@ def docker_run_id(docker_client: Any) -> Iterator[str]:
     """A run id for this test only; its containers are removed when the test ends."""
     run_id = f"test-{uuid.uuid4().hex[:12]}"
     yield run_id
-    docker = pytest.importorskip("docker")
+    from docker.errors import NotFound
+
     leftovers = docker_client.containers.list(
         all=True,
         ignore_removed=True,
@@ -116,5 +95,5 @@ def docker_run_id(docker_client: Any) -> Iterator[str]:
         },
     )
     for container in leftovers:
-        with contextlib.suppress(docker.errors.NotFound):
+        with contextlib.suppress(NotFound):
             container.remove(force=True)

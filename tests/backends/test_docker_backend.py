@@ -24,27 +24,10 @@ from controller.backends.docker import DockerBackend, epoch_seconds, is_transien
 from controller.backends.docker_spec import build_container_spec
 from controller.errors import BackendError, NotFoundError, UnavailableError
 from controller.settings import Settings
+from tests.docker_support import PROBE
 
 MakeSpec = Callable[..., SandboxSpec]  # the `make_spec` fixture of conftest.py
 
-PROBE = """
-import json, os
-status = dict(line.split(':', 1) for line in open('/proc/self/status') if ':' in line)
-def writable(path):
-    try:
-        with open(os.path.join(path, 'probe'), 'w') as f:
-            f.write('x')
-        return True
-    except OSError:
-        return False
-print(json.dumps({
-    'uid': os.getuid(), 'gid': os.getgid(), 'cwd': os.getcwd(),
-    'root_writable': writable('/'), 'work_writable': writable('/work'),
-    'tmp_writable': writable('/tmp'),
-    'cap_eff': status['CapEff'].strip(), 'no_new_privs': status['NoNewPrivs'].strip(),
-    'sandbox_id': os.environ.get('SIMPLE_SANDBOX_ID'),
-}))
-"""
 MEMORY_HOG = "chunks = []\nwhile True:\n    chunks.append(b'x' * (1 << 20))"
 SLEEP = ["python", "-c", "import time; time.sleep(300)"]
 
@@ -136,8 +119,12 @@ def test_container_is_locked_down(
 ) -> None:
     sandbox_id = f"{docker_run_id}-probe"
     spec = make_spec(
-        sandbox_id, run_id=docker_run_id, command=["python", "-c", PROBE],
-        memory="64Mi", cpu="500m", pids=32,
+        sandbox_id,
+        run_id=docker_run_id,
+        command=["python", "-c", PROBE],
+        memory="64Mi",
+        cpu="500m",
+        pids=32,
     )
     backend.launch(spec)
     assert wait_for(backend, sandbox_id, ObservedState.EXITED).exit_code == 0
@@ -240,8 +227,9 @@ def test_follow_logs_streams_until_exit(
 
 
 @pytest.mark.docker
-def test_notify_wakes_on_exit(sandbox_image: str, make_spec: MakeSpec, docker_run_id: str,
-                              tmp_path: Path) -> None:
+def test_notify_wakes_on_exit(
+    sandbox_image: str, make_spec: MakeSpec, docker_run_id: str, tmp_path: Path
+) -> None:
     woken = threading.Event()
     notifying = DockerBackend(settings(tmp_path), notify=woken.set)
     try:

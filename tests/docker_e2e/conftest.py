@@ -24,10 +24,8 @@ import pytest
 
 from controller.settings import Settings
 from sandbox_image.contract import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE, LABEL_RUN_ID
-from tests.conftest import require_service
+from tests.docker_support import connect_docker, ensure_sandbox_image
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SANDBOX_IMAGE = "simple-sandbox:latest"
 SIMPLECTL = [sys.executable, "-m", "controller.cli"]
 SERVE_START_TIMEOUT_S = 60
 
@@ -35,15 +33,7 @@ SERVE_START_TIMEOUT_S = 60
 @pytest.fixture(scope="session")
 def docker_engine() -> Iterator[Any]:
     """A client of the real engine; require_service when there is none."""
-    try:
-        from docker.client import DockerClient
-    except ImportError as e:
-        require_service("Docker", f"the docker package is not installed ({e})")
-    try:
-        client = DockerClient.from_env(timeout=30)
-        client.ping()
-    except Exception as e:
-        require_service("the Docker engine", str(e))
+    client = connect_docker()
     yield client
     client.close()
 
@@ -51,18 +41,7 @@ def docker_engine() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def sandbox_image(docker_engine: Any) -> str:
     """simple-sandbox:latest, built with docker/build-images.sh when missing (slow once)."""
-    from docker.errors import ImageNotFound
-
-    try:
-        docker_engine.images.get(SANDBOX_IMAGE)
-    except ImageNotFound:
-        subprocess.run(
-            ["bash", str(REPO_ROOT / "docker" / "build-images.sh"), "sandbox"],
-            cwd=REPO_ROOT,
-            check=True,
-            timeout=1200,
-        )
-    return SANDBOX_IMAGE
+    return ensure_sandbox_image(docker_engine)
 
 
 @pytest.fixture

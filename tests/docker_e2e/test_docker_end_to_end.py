@@ -36,27 +36,10 @@ from sandbox_image.contract import (
     LABEL_TEMPLATE_ID,
 )
 from tests.docker_e2e.conftest import SIMPLECTL, RunContainers, ServeDocker, cli_env
+from tests.docker_support import PROBE
 from tests.e2e_helpers import report, start_run, wait_for, wait_run
 
 pytestmark = pytest.mark.docker
-
-PROBE = """
-import json, os
-status = dict(line.split(':', 1) for line in open('/proc/self/status') if ':' in line)
-def writable(path):
-    try:
-        with open(os.path.join(path, 'probe'), 'w') as f:
-            f.write('x')
-        return True
-    except OSError:
-        return False
-print(json.dumps({
-    'uid': os.getuid(), 'gid': os.getgid(),
-    'root_writable': writable('/'), 'work_writable': writable('/work'),
-    'cap_eff': status['CapEff'].strip(), 'no_new_privs': status['NoNewPrivs'].strip(),
-    'sandbox_id': os.environ.get('SIMPLE_SANDBOX_ID'),
-}))
-"""
 
 
 def _catalog(write: Callable[[str], Path], templates: dict[str, dict[str, Any]]) -> Path:
