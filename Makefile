@@ -22,8 +22,9 @@ install: $(STAMP) ## Create .venv with SIMPLE and its dev tools
 quick: $(STAMP) ## Run the quick suite (7 templates) on the embedded default
 	$(BIN)/simplectl run quick
 
+PYTEST_ARGS ?=
 test: $(STAMP) ## Run the tests (CI=true: missing Docker/PostgreSQL/S3/helm fail, never skip)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check controller sandbox_image tests bench
