@@ -137,7 +137,7 @@ def test_a_new_attempt_starts_its_seq_again(
             events.c.sandbox_id == sandbox_id).group_by(events.c.attempt)).all())
     assert last_seq == 1, "the new attempt's progress, not the old attempt's"
     assert by_attempt == {1: 5, 2: 1}
-    code, message = post(controller, sandbox_id, token, [event("late", 6)])
+    code, _ = post(controller, sandbox_id, token, [event("late", 6)])
     assert code == 401, "the first attempt's token died with it"
 
 
