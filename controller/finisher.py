@@ -16,6 +16,7 @@ from controller.aggregator import load_snapshot, read_snapshot
 from controller.backends.base import Backend
 from controller.db.schema import attempts, runs, sandboxes
 from controller.errors import SimpleError, SnapshotRejected, StoreError
+from controller.retry import backoff_s
 from controller.settings import Settings
 from controller.states import SandboxStatus
 from controller.store.base import ObjectStore, log_key, snapshot_key
@@ -39,11 +40,6 @@ Cleanup = Callable[[Callable[[], None]], Any]
 # When fetching each attempt's snapshot first failed; a store down for longer than
 # SIMPLE_STORE_RETRY_S ends the attempt with the reason instead of retrying forever.
 _store_failing_since: dict[tuple[str, int], datetime] = {}
-
-
-def backoff_s(attempt: int, base: float, cap: float, rng: random.Random) -> float:
-    """Capped exponential backoff with full jitter after attempt number `attempt`."""
-    return rng.uniform(0, min(cap, base * 2 ** (attempt - 1)))
 
 
 def finish_attempt(
@@ -74,7 +70,7 @@ def finish_attempt(
     if retry:
         values["log_key"] = archive_logs(backend, store, row) or row.log_key
         _remove(backend, row.id)
-        delay = backoff_s(row.attempt, settings.retry_base_s, settings.retry_max_s, rng)
+        delay = backoff_s(row.attempt, settings.retry_base_s, settings.retry_max_s, rng.random)
         values.update(status=SandboxStatus.PENDING, next_attempt_at=now + timedelta(seconds=delay))
         logger.info(
             "sandbox %s attempt %d %s (%s); retry in %.1f s",

@@ -67,7 +67,7 @@ class SandboxSpec:
 
 
 def sandbox_labels(run_id: str, sandbox_id: str, template_id: str, attempt: int) -> dict[str, str]:
-    """ARCHITECTURE's labels, stamped on everything a backend creates."""
+    """the labels of docs/architecture.md, stamped on everything a backend creates."""
     return {
         LABEL_MANAGED_BY: LABEL_MANAGED_BY_VALUE,
         LABEL_RUN_ID: run_id,

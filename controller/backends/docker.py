@@ -1,6 +1,6 @@
 """The docker backend: one hardened container per sandbox attempt on a Docker engine.
 
-Containers are named after the sandbox id and carry ARCHITECTURE's labels, so
+Containers are named after the sandbox id and carry the labels of docs/architecture.md, so
 `observe` finds them by label after a controller restart. The exit code and the
 OOM flag come from the engine's container state (`State.ExitCode`,
 `State.OOMKilled`), never guessed from exit code 137. Containers are kept after
