@@ -14,13 +14,14 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, func, select, update
 
 from controller.backends.base import Backend, Observed, ObservedState
 from controller.db.schema import runs, sandboxes
@@ -37,6 +38,8 @@ logger = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 BACKGROUND_WORKERS = 16
 RESTOP_AFTER_S = 10.0  # a stop that did not take (e.g. sent before the start) is sent again
+PENDING_PAGE = 64  # pending sandboxes read at a time when looking for ones to launch
+PASS_HISTORY = 10_000  # durations of the latest passes kept (benches, metrics)
 
 
 def utcnow() -> datetime:
@@ -64,12 +67,21 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         self._background = ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="backend")
         self._stop_sent: dict[tuple[str, int], float] = {}
-        self.exits = ExitPath(engine, backend, store, settings, clock, self.rng, self.kick)
+        self._full_due = threading.Event()
+        self._last_full = 0.0
+        self.exits = ExitPath(engine, backend, store, settings, clock, self.rng, self._nudge)
         backend.listen_for_exits(self._pushed_exit)
         self.passes = 0
+        self.pass_seconds: deque[float] = deque(maxlen=PASS_HISTORY)
 
     def kick(self) -> None:
-        """Ask for a pass now (a run was created, a sandbox exited, a cancel came in)."""
+        """Ask for a full pass now (a run was created, a cancel came in, the backend asks)."""
+        self._full_due.set()
+        self._wake.set()
+
+    def _nudge(self) -> None:
+        """Ask for a pass that launches into freed slots, without asking the backend what
+        it runs: the exit path just recorded an end (full passes still come each interval)."""
         self._wake.set()
 
     def start(self) -> None:
@@ -90,35 +102,51 @@ class Reconciler:
             self._wake.clear()
             if self._stopping.is_set():
                 return
+            interval = self.settings.reconcile_interval_s
+            full = self._full_due.is_set() or time.monotonic() - self._last_full >= interval
+            if full:
+                self._full_due.clear()
+                self._last_full = time.monotonic()
             try:
-                self.reconcile_once()
+                self.reconcile_once(full=full)
             except Exception:  # the loop must survive a bad pass; the next one retries
                 logger.exception("reconcile pass failed; retrying")
                 time.sleep(min(self.settings.reconcile_interval_s, 1.0))
 
-    def reconcile_once(self) -> None:
-        """One level-triggered pass over every active run."""
+    def reconcile_once(self, full: bool = True) -> None:
+        """One level-triggered pass over every active run.
+
+        It reads only what it acts on: the running sandboxes, per run a tally by
+        status and the next pending ones, so a pass stays fast with thousands of sandboxes.
+        A pass that is not `full` skips the backend (following, garbage): it only launches.
+        """
+        began = time.perf_counter()
         self.passes += 1
-        observed = {(o.sandbox_id, o.attempt): o for o in self.backend.observe()}
+        observed = {(o.sandbox_id, o.attempt): o for o in self.backend.observe()} if full else {}
         with self.engine.connect() as conn:
             active = conn.execute(select(runs).where(runs.c.status.in_(list(ACTIVE_RUN)))).all()
             rows = (
                 conn.execute(
-                    select(sandboxes)
-                    .where(sandboxes.c.run_id.in_([r.id for r in active]))
-                    .order_by(sandboxes.c.position)
+                    select(sandboxes).where(
+                        sandboxes.c.status == SandboxStatus.RUNNING,
+                        sandboxes.c.run_id.in_([r.id for r in active]),
+                    )
                 ).all()
                 if active
                 else []
             )
-        wanted = {(r.id, r.attempt) for r in rows if r.status == SandboxStatus.RUNNING}
+        wanted = {(r.id, r.attempt) for r in rows}
         cancelled = {r.id for r in active if r.cancel_requested}
+        running: dict[str, list[Any]] = {}
         for row in rows:
-            if row.status == SandboxStatus.RUNNING:
+            running.setdefault(row.run_id, []).append(row)
+            if full:
                 self._follow(row, observed.get((row.id, row.attempt)), row.run_id in cancelled)
-        self._collect_garbage(observed, wanted)
+        if full:
+            self._collect_garbage(observed, wanted)
         for run in active:
-            self._drive_run(run)
+            self._drive_run(run, running.get(run.id, []))
+        self.pass_seconds.append(time.perf_counter() - began)
 
     def _follow(self, row: Any, seen: Observed | None, cancel: bool) -> None:
         if self.exits.finishing(row.id, row.attempt):
@@ -222,49 +250,49 @@ class Reconciler:
             known = conn.execute(select(runs.c.id).where(runs.c.id == seen.run_id)).first()
         return known is not None
 
-    def _drive_run(self, run: Any) -> None:
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(sandboxes).where(sandboxes.c.run_id == run.id).order_by(sandboxes.c.position)
-            ).all()
+    def _drive_run(self, run: Any, running: Sequence[Any]) -> None:
         if run.status == RunStatus.PENDING:
             self._set_run(run.id, status=RunStatus.RUNNING, started_at=self.clock())
         if run.cancel_requested:
-            self._skip_pending(rows, "cancelled before it started")
-        elif self._over_budget(run, rows):
-            return
+            self._skip_pending(run.id, "cancelled before it started")
         else:
-            self._launch_ready(run, rows)
+            spent = self._spent(run.id)
+            if self._over_budget(run, running, spent):
+                return
+            self._launch_ready(run, running, spent)
         self._maybe_finish_run(run)
 
-    def _over_budget(self, run: Any, rows: Sequence[Any]) -> bool:
+    def _spent(self, run_id: str) -> float:
+        """What the run's sandboxes reported spending so far, every attempt."""
+        with self.engine.connect() as conn:
+            total = conn.execute(
+                select(func.sum(sandboxes.c.cost_usd + sandboxes.c.prior_cost_usd)).where(
+                    sandboxes.c.run_id == run_id
+                )
+            ).scalar()
+        return float(total or 0.0)
+
+    def _over_budget(self, run: Any, running: Sequence[Any], spent: float) -> bool:
         """Past the budget: stop what runs, skip what waits. The run ends budget_exceeded."""
-        if run.budget_usd is None:
+        if run.budget_usd is None or spent < run.budget_usd:
             return False
-        spent = sum(r.cost_usd + r.prior_cost_usd for r in rows)
-        if spent < run.budget_usd:
-            return False
-        for row in rows:
-            if row.status == SandboxStatus.RUNNING and row.stop_reason is None:
+        for row in running:
+            if row.stop_reason is None:
                 self._stop(row, StopReason.BUDGET)
-        self._skip_pending(rows, f"budget: ${spent:.2f} spent of ${run.budget_usd:.2f}")
+        self._skip_pending(run.id, f"budget: ${spent:.2f} spent of ${run.budget_usd:.2f}")
         self._set_run(run.id, error=f"budget exceeded: ${spent:.2f} of ${run.budget_usd:.2f}")
         self._maybe_finish_run(run)
         return True
 
-    def _launch_ready(self, run: Any, rows: Sequence[Any]) -> None:
+    def _launch_ready(self, run: Any, running: Sequence[Any], spent: float) -> None:
         now = self.clock()
-        running = [r for r in rows if r.status == SandboxStatus.RUNNING]
         slots = run.max_parallel - len(running)
         expensive_limit = run.plan.get("max_parallel_expensive")
         expensive_running = sum(1 for r in running if r.expensive)
-        spent = sum(r.cost_usd + r.prior_cost_usd for r in rows)
         picked: list[Any] = []
-        for row in rows:
+        for row in self._pending(run.id, slots):
             if len(picked) >= slots:
                 break
-            if row.status != SandboxStatus.PENDING:
-                continue
             if row.next_attempt_at and row.next_attempt_at > now:
                 continue
             if row.expensive and expensive_limit and expensive_running >= expensive_limit:
@@ -280,6 +308,27 @@ class Reconciler:
             if claim is not None:
                 self._background.submit(self.launcher.start, claim, now, self.rng)
 
+    def _pending(self, run_id: str, slots: int) -> Iterator[Any]:
+        """The run's pending sandboxes in launch order, read a page at a time."""
+        page = max(2 * slots, PENDING_PAGE)
+        after = -1
+        while slots > 0:
+            with self.engine.connect() as conn:
+                rows = conn.execute(
+                    select(sandboxes)
+                    .where(
+                        sandboxes.c.run_id == run_id,
+                        sandboxes.c.status == SandboxStatus.PENDING,
+                        sandboxes.c.position > after,
+                    )
+                    .order_by(sandboxes.c.position)
+                    .limit(page)
+                ).all()
+            yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1].position
+
     def _would_pass_budget(self, run: Any, row: Any, spent: float) -> bool:
         low = float(row.spec.get("estimate_min_usd", 0.0))
         if spent + low <= run.budget_usd:
@@ -292,10 +341,15 @@ class Reconciler:
         self._set_run(run.id, error="budget exceeded")
         return True
 
-    def _skip_pending(self, rows: Sequence[Any], reason: str) -> None:
-        for row in rows:
-            if row.status == SandboxStatus.PENDING:
-                self._skip(row.id, reason)
+    def _skip_pending(self, run_id: str, reason: str) -> None:
+        with self.engine.begin() as conn:
+            skipped = conn.execute(
+                update(sandboxes)
+                .where(sandboxes.c.run_id == run_id, sandboxes.c.status == SandboxStatus.PENDING)
+                .values(status=SandboxStatus.SKIPPED, error=reason, finished_at=self.clock())
+            ).rowcount
+        if skipped:
+            logger.info("skipped %d sandbox(es) of run %s: %s", skipped, run_id, reason)
 
     def _skip(self, sandbox_id: str, reason: str) -> None:
         with self.engine.begin() as conn:
@@ -309,14 +363,13 @@ class Reconciler:
     def _maybe_finish_run(self, run: Any) -> None:
         with self.engine.connect() as conn:
             fresh = conn.execute(select(runs).where(runs.c.id == run.id)).one()
-            statuses = [
-                r.status
-                for r in conn.execute(
-                    select(sandboxes.c.status, sandboxes.c.error).where(
-                        sandboxes.c.run_id == run.id
-                    )
-                )
-            ]
+            statuses = list(
+                conn.execute(
+                    select(sandboxes.c.status)
+                    .where(sandboxes.c.run_id == run.id)
+                    .group_by(sandboxes.c.status)
+                ).scalars()
+            )
         if fresh.status not in ACTIVE_RUN:
             return
         if any(s in (SandboxStatus.PENDING, SandboxStatus.RUNNING) for s in statuses):

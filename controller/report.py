@@ -51,14 +51,22 @@ ORDER BY SUM(r.cost_usd) DESC, m.mechanism COLLATE "C"
 }
 
 
-def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
-    """Query everything the report needs and build it."""
+REPORT_PAGE_MAX = 10_000  # report rows per page when a client asks for pages
+
+
+def fetch_report(
+    engine: Engine, run_id: str, limit: int | None = None, offset: int = 0
+) -> dict[str, Any]:
+    """Query everything the report needs and build it; `limit`/`offset` page its rows
+    (totals always cover the whole run)."""
     with engine.connect() as conn:
         run = conn.execute(select(runs).where(runs.c.id == run_id)).first()
         if run is None:
             raise NotFoundError(f"unknown run {run_id}", hint="list runs with `simplectl status`")
         rows = conn.execute(
-            select(sandboxes).where(sandboxes.c.run_id == run_id).order_by(sandboxes.c.position)
+            select(*[c for c in sandboxes.c if c.name not in ("spec", "token_hash")])
+            .where(sandboxes.c.run_id == run_id)
+            .order_by(sandboxes.c.position)
         ).all()
         params = {"run_id": run_id}
         dialect = "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
@@ -66,7 +74,7 @@ def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
         by_sandbox = {r[0]: r[1:] for r in _rows(conn, _BY_SANDBOX_SQL, params)}
         by_template = _rows(conn, _BY_TEMPLATE_SQL.format(collate=_COLLATE[dialect]), params)
         by_mechanism = _rows(conn, _BY_MECHANISM_SQL[dialect], params)
-    return build_report(
+    report = build_report(
         run._asdict(),
         [r._asdict() for r in rows],
         totals,
@@ -74,6 +82,10 @@ def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
         by_template,
         by_mechanism,
     )
+    if limit is not None or offset:
+        end = None if limit is None else offset + limit
+        report["sandboxes"] = report["sandboxes"][offset:end]
+    return report
 
 
 def _rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -106,6 +118,7 @@ def build_report(
         "finished_at": _iso(run["finished_at"]),
         "plan": run["plan"],
         "sandboxes": [_sandbox_row(s, by_sandbox.get(s["id"])) for s in sandbox_rows],
+        "sandboxes_total": len(sandbox_rows),
         "totals": {
             "sandboxes": len(sandbox_rows),
             "succeeded": statuses.count(SandboxStatus.SUCCEEDED),
@@ -172,6 +185,7 @@ def attempt_rows(conn: Connection, sandbox_id: str) -> list[dict[str, Any]]:
             "started_at": _iso(r.started_at),
             "exited_at": _iso(r.exited_at),
             "finished_at": _iso(r.finished_at),
+            "recorded_at": _iso(r.recorded_at),
         }
         for r in rows
     ]

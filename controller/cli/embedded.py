@@ -11,6 +11,7 @@ from types import TracebackType
 import uvicorn
 
 from controller.api.app import create_app
+from controller.backends.base import Backend
 from controller.errors import UnavailableError
 from controller.service import Controller
 from controller.settings import Settings
@@ -22,7 +23,7 @@ START_TIMEOUT_S = 30
 class EmbeddedServer:
     """Serves the API on a free loopback port in a background thread."""
 
-    def __init__(self, settings: Settings, port: int = 0) -> None:
+    def __init__(self, settings: Settings, port: int = 0, backend: Backend | None = None) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", port))
@@ -31,7 +32,7 @@ class EmbeddedServer:
         self.settings = settings.model_copy(
             update={"host": "127.0.0.1", "port": port, "controller_url": self.url}
         )
-        self.controller = Controller(self.settings)
+        self.controller = Controller(self.settings, backend=backend)
         config = uvicorn.Config(
             create_app(self.controller), log_level="warning", access_log=False, lifespan="on"
         )

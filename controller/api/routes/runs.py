@@ -9,10 +9,12 @@ from fastapi.responses import PlainTextResponse
 
 from controller.api.deps import Authorized, ControllerDep
 from controller.api.models import Report, RunCreate, RunId, RunList, RunPublic, error_responses
-from controller.report import fetch_report
+from controller.report import REPORT_PAGE_MAX, fetch_report
 from controller.report_formats import report_junit, report_markdown
-from controller.runs import cancel_run, create_run, get_run, list_runs
+from controller.runs import SANDBOX_PAGE_MAX, cancel_run, create_run, get_run, list_runs
 from controller.states import RunStatus
+
+_PAGE_HELP = "sandboxes per page, in launch order; runs that fit one page are returned whole"
 
 router = APIRouter(
     prefix="/v1/runs",
@@ -78,9 +80,16 @@ def runs_list(
 
 
 @router.get("/{run_id}", response_model=RunPublic, responses=error_responses(404))
-def run_get(run_id: RunId, controller: ControllerDep) -> dict[str, Any]:
-    """One run with its sandboxes and their progress."""
-    return get_run(controller.engine, run_id)
+def run_get(
+    run_id: RunId,
+    controller: ControllerDep,
+    limit: Annotated[int, Query(ge=1, le=SANDBOX_PAGE_MAX, description=_PAGE_HELP)] = (
+        SANDBOX_PAGE_MAX
+    ),
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    """One run with its sandboxes (a page: limit, offset) and their progress."""
+    return get_run(controller.engine, run_id, limit, offset)
 
 
 @router.post("/{run_id}/cancel", response_model=RunPublic, responses=error_responses(404))
@@ -110,9 +119,11 @@ def run_report(
     run_id: RunId,
     controller: ControllerDep,
     format: Annotated[str, Query(pattern="^(json|junit|markdown)$")] = "json",
+    limit: Annotated[int | None, Query(ge=1, le=REPORT_PAGE_MAX, description=_PAGE_HELP)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
 ) -> Any:
     """The aggregated report: JSON, or ?format=junit / ?format=markdown."""
-    report = fetch_report(controller.engine, run_id)
+    report = fetch_report(controller.engine, run_id, limit, offset)
     if format == "junit":
         return PlainTextResponse(report_junit(report), media_type="application/xml")
     if format == "markdown":
