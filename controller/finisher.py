@@ -90,7 +90,10 @@ def finish_attempt(
             values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
     if not _record_or_refuse(engine, row, outcome, values, rows, now):
         return False
-    if not retry:
+    recorded = datetime.now(UTC)  # after the commit: what "exit -> recorded" means
+    if retry:
+        _stamp(engine, row, None, recorded)
+    else:
         logger.info(
             "sandbox %s ended %s after %d attempt(s)%s",
             row.id,
@@ -98,7 +101,7 @@ def finish_attempt(
             row.attempt,
             f": {values['error']}" if values["error"] else "",
         )
-        (cleanup or _now)(lambda: archive_and_remove(engine, backend, store, row))
+        (cleanup or _now)(lambda: archive_and_remove(engine, backend, store, row, recorded))
     return True
 
 
@@ -141,17 +144,34 @@ def _record_or_refuse(
         return _record(engine, row, outcome, values, None, now)
 
 
-def archive_and_remove(engine: Engine, backend: Backend, store: ObjectStore, row: Any) -> None:
-    """After the end is recorded: archive the output, point the row at it, remove the sandbox."""
-    key = archive_logs(backend, store, row)
-    if key:
-        with engine.begin() as conn:
+def archive_and_remove(
+    engine: Engine,
+    backend: Backend,
+    store: ObjectStore,
+    row: Any,
+    recorded_at: datetime | None = None,
+) -> None:
+    """After the end is recorded: archive the output, point the row at it, remove the sandbox.
+    `recorded_at` (taken after the end's commit) is written here too: one transaction less."""
+    _stamp(engine, row, archive_logs(backend, store, row), recorded_at)
+    _remove(backend, row.id)
+
+
+def _stamp(engine: Engine, row: Any, log: str | None, recorded_at: datetime | None) -> None:
+    """Write where the attempt's log went and when its end was committed."""
+    with engine.begin() as conn:
+        if log:
             conn.execute(
                 update(sandboxes)
                 .where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt)
-                .values(log_key=key)
+                .values(log_key=log)
             )
-    _remove(backend, row.id)
+        if recorded_at:
+            conn.execute(
+                update(attempts)
+                .where(attempts.c.sandbox_id == row.id, attempts.c.attempt == row.attempt)
+                .values(recorded_at=recorded_at)
+            )
 
 
 def _record(
@@ -189,13 +209,6 @@ def _record(
         )
         if rows is not None:
             load_snapshot(conn, row.run_id, row.id, rows)
-    # Stamped after the commit: what "exit -> recorded" means (benches, metrics).
-    with engine.begin() as conn:
-        conn.execute(
-            update(attempts)
-            .where(attempts.c.sandbox_id == row.id, attempts.c.attempt == row.attempt)
-            .values(recorded_at=datetime.now(UTC))
-        )
     return True
 
 

@@ -303,10 +303,8 @@ class Reconciler:
             expensive_running += int(row.expensive)
         # Claimed here, so the next pass counts them; started in the background, because a
         # container start waits ~100 ms on the engine and exits must not wait behind it.
-        for row in picked:
-            claim = self.launcher.claim(run, row, now)
-            if claim is not None:
-                self._background.submit(self.launcher.start, claim, now, self.rng)
+        for claim in self.launcher.claim_many(run, picked, now) if picked else []:
+            self._background.submit(self.launcher.start, claim, now, self.rng)
 
     def _pending(self, run_id: str, slots: int) -> Iterator[Any]:
         """The run's pending sandboxes in launch order, read a page at a time."""
