@@ -6,6 +6,10 @@ what no run wants, then per active run stop on budget, launch pending
 sandboxes up to the run's parallelism, and finish the run when nothing is
 left. Nothing is kept in memory between passes, so a restarted controller
 picks up where the last one stopped and adopts what still runs.
+
+Ending an attempt (archiving its logs, reading its untrusted snapshot, recording it)
+runs on a small pool of its own, never on the pass: a costly snapshot delays only
+other snapshots, never launches, timeouts or cancels.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -35,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 BACKGROUND_WORKERS = 16
+FINISH_WORKERS = 2  # attempts ended (snapshots read) at once, beside the passes
 RESTOP_AFTER_S = 10.0  # a stop that did not take (e.g. sent before the start) is sent again
 
 
@@ -62,6 +67,9 @@ class Reconciler:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._background = ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="backend")
+        self._finisher = ThreadPoolExecutor(FINISH_WORKERS, thread_name_prefix="finish")
+        self._finishing: set[tuple[str, int]] = set()
+        self._finishing_lock = threading.Lock()
         self._stop_sent: dict[tuple[str, int], float] = {}
         self.passes = 0
 
@@ -79,6 +87,7 @@ class Reconciler:
         if self._thread:
             self._thread.join(timeout=10)
         self._background.shutdown(wait=True)
+        self._finisher.shutdown(wait=True, cancel_futures=True)
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -169,8 +178,15 @@ class Reconciler:
             logger.warning("could not stop sandbox %s (will retry): %s", sandbox_id, e)
 
     def _finish(self, row: Any, outcome: Outcome) -> None:
-        self._stop_sent.pop((row.id, row.attempt), None)
-        finish_attempt(
+        """End the attempt on the finisher pool; the row stays running until it is recorded."""
+        key = (row.id, row.attempt)
+        with self._finishing_lock:
+            if key in self._finishing:
+                return
+            self._finishing.add(key)
+        self._stop_sent.pop(key, None)
+        future = self._finisher.submit(
+            finish_attempt,
             self.engine,
             self.backend,
             self.store,
@@ -180,6 +196,14 @@ class Reconciler:
             self.clock(),
             self.rng,
         )
+        future.add_done_callback(lambda done: self._finished(key, done))
+
+    def _finished(self, key: tuple[str, int], done: Future[None]) -> None:
+        with self._finishing_lock:
+            self._finishing.discard(key)
+        if not done.cancelled() and done.exception() is not None:
+            logger.error("ending sandbox %s attempt %d failed", *key, exc_info=done.exception())
+        self.kick()  # the run may be over now; a failed end is retried by the next pass
 
     def _collect_garbage(
         self, observed: dict[tuple[str, int], Observed], wanted: set[tuple[str, int]]
