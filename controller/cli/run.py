@@ -127,7 +127,10 @@ def _run_embedded(
     from controller.cli.embedded import EmbeddedServer
 
     settings = cli_settings(catalog, backend=backend)
-    with EmbeddedServer(settings) as embedded, api_client(embedded.url, None) as client:
+    with (
+        EmbeddedServer(settings, session_token=True) as embedded,
+        api_client(embedded.url, embedded.token) as client,
+    ):
         run_id = _start(client, body, key)
         try:
             final = _wait(client, run_id, quiet=False)
