@@ -6,10 +6,6 @@ what no run wants, then per active run stop on budget, launch pending
 sandboxes up to the run's parallelism, and finish the run when nothing is
 left. Nothing is kept in memory between passes, so a restarted controller
 picks up where the last one stopped and adopts what still runs.
-
-Ending an attempt (archiving its logs, reading its untrusted snapshot, recording it)
-runs on a small pool of its own, never on the pass: a costly snapshot delays only
-other snapshots, never launches, timeouts or cancels.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,7 +25,8 @@ from sqlalchemy import Engine, select, update
 from controller.backends.base import Backend, Observed, ObservedState
 from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError
-from controller.finisher import Outcome, archive_logs, finish_attempt
+from controller.exit_path import ExitPath
+from controller.finisher import Outcome, archive_logs
 from controller.launcher import Launcher
 from controller.settings import Settings
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus, StopReason
@@ -39,7 +36,6 @@ logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 BACKGROUND_WORKERS = 16
-FINISH_WORKERS = 2  # attempts ended (snapshots read) at once, beside the passes
 RESTOP_AFTER_S = 10.0  # a stop that did not take (e.g. sent before the start) is sent again
 
 
@@ -67,10 +63,9 @@ class Reconciler:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._background = ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="backend")
-        self._finisher = ThreadPoolExecutor(FINISH_WORKERS, thread_name_prefix="finish")
-        self._finishing: set[tuple[str, int]] = set()
-        self._finishing_lock = threading.Lock()
         self._stop_sent: dict[tuple[str, int], float] = {}
+        self.exits = ExitPath(engine, backend, store, settings, clock, self.rng, self.kick)
+        backend.listen_for_exits(self._pushed_exit)
         self.passes = 0
 
     def kick(self) -> None:
@@ -87,7 +82,7 @@ class Reconciler:
         if self._thread:
             self._thread.join(timeout=10)
         self._background.shutdown(wait=True)
-        self._finisher.shutdown(wait=True, cancel_futures=True)
+        self.exits.shutdown()
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -126,6 +121,8 @@ class Reconciler:
             self._drive_run(run)
 
     def _follow(self, row: Any, seen: Observed | None, cancel: bool) -> None:
+        if self.exits.finishing(row.id, row.attempt):
+            return
         now = self.clock()
         if seen is None:
             if row.stop_reason is not None:  # stopping it may remove it (a deleted Job)
@@ -135,10 +132,7 @@ class Reconciler:
                 self._finish(row, Outcome(SandboxStatus.LOST, None, "the sandbox vanished"))
             return
         if seen.state == ObservedState.EXITED:
-            outcome = classify(row, seen)
-            if seen.exited_at is not None:
-                outcome = replace(outcome, exited_at=datetime.fromtimestamp(seen.exited_at, UTC))
-            self._finish(row, outcome)
+            self._finish(row, exit_outcome(row, seen))
             return
         if row.stop_reason is None:
             if cancel:
@@ -178,39 +172,35 @@ class Reconciler:
             logger.warning("could not stop sandbox %s (will retry): %s", sandbox_id, e)
 
     def _finish(self, row: Any, outcome: Outcome) -> None:
-        """End the attempt on the finisher pool; the row stays running until it is recorded."""
-        key = (row.id, row.attempt)
-        with self._finishing_lock:
-            if key in self._finishing:
-                return
-            self._finishing.add(key)
-        self._stop_sent.pop(key, None)
-        future = self._finisher.submit(
-            finish_attempt,
-            self.engine,
-            self.backend,
-            self.store,
-            self.settings,
-            row,
-            outcome,
-            self.clock(),
-            self.rng,
-        )
-        future.add_done_callback(lambda done: self._finished(key, done))
+        self._stop_sent.pop((row.id, row.attempt), None)
+        self.exits.finish((row.id, row.attempt), lambda: (row, outcome))
 
-    def _finished(self, key: tuple[str, int], done: Future[None]) -> None:
-        with self._finishing_lock:
-            self._finishing.discard(key)
-        if not done.cancelled() and done.exception() is not None:
-            logger.error("ending sandbox %s attempt %d failed", *key, exc_info=done.exception())
-        self.kick()  # the run may be over now; a failed end is retried by the next pass
+    def _pushed_exit(self, seen: Observed) -> None:
+        """An exit the backend pushed (e.g. Docker's `die` event): record it now, no pass."""
+        self.exits.finish((seen.sandbox_id, seen.attempt), lambda: self._ending(seen))
+
+    def _ending(self, seen: Observed) -> tuple[Any, Outcome] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(sandboxes).where(
+                    sandboxes.c.id == seen.sandbox_id,
+                    sandboxes.c.attempt == seen.attempt,
+                    sandboxes.c.status == SandboxStatus.RUNNING,
+                )
+            ).first()
+        if row is None:  # not ours, already recorded, or a later attempt runs
+            return None
+        self._stop_sent.pop((row.id, row.attempt), None)
+        return row, exit_outcome(row, seen)
 
     def _collect_garbage(
         self, observed: dict[tuple[str, int], Observed], wanted: set[tuple[str, int]]
     ) -> None:
         """Stop and remove what this controller started and no active run wants."""
         for key, seen in observed.items():
-            if key in wanted or not self._ours(seen):
+            if key in wanted or self.exits.cleaning_sandbox(seen.sandbox_id):
+                continue
+            if not self._ours(seen):
                 continue
             logger.info(
                 "removing sandbox %s attempt %d: no active run wants it",
@@ -331,6 +321,8 @@ class Reconciler:
             return
         if any(s in (SandboxStatus.PENDING, SandboxStatus.RUNNING) for s in statuses):
             return
+        if self.exits.cleaning(run.id):  # it ends once every sandbox is archived and removed
+            return
         status = run_outcome(fresh.cancel_requested, fresh.error, statuses)
         self._set_run(run.id, status=status, finished_at=self.clock())
         logger.info("run %s finished: %s", run.id, status.value)
@@ -338,6 +330,14 @@ class Reconciler:
     def _set_run(self, run_id: str, **values: Any) -> None:
         with self.engine.begin() as conn:
             conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
+
+
+def exit_outcome(row: Any, seen: Observed) -> Outcome:
+    """How an exited sandbox ended, with when the backend saw it end."""
+    outcome = classify(row, seen)
+    if seen.exited_at is not None:
+        outcome = replace(outcome, exited_at=datetime.fromtimestamp(seen.exited_at, UTC))
+    return outcome
 
 
 def classify(row: Any, seen: Observed) -> Outcome:

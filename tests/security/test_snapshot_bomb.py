@@ -195,14 +195,14 @@ def test_ending_an_attempt_never_runs_on_the_reconciler_pass(
     import threading
     from types import SimpleNamespace
 
-    from controller import reconciler as module
+    from controller import exit_path as module
     from controller.finisher import Outcome
     from controller.service import Controller
     from controller.states import SandboxStatus
 
     release, calls = threading.Event(), []
 
-    def slow_finish(*args: object) -> None:
+    def slow_finish(*args: object, **kwargs: object) -> None:
         calls.append(args)
         release.wait(30)
 
