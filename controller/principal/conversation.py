@@ -60,6 +60,7 @@ class Conversation:
     pending: Pending | None = None
     choices: dict[str, Choice] = field(default_factory=dict)
     carried: PlanRequest | None = None  # budget, priority... of the request that got choices
+    carried_start: bool = False  # that request asked to run, not only to plan
     runs: list[str] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
 
@@ -168,6 +169,7 @@ class Principal:
                 max_parallel=reading.max_parallel,
                 max_runtime_s=reading.max_runtime_s,
             )
+            conversation.carried_start = reading.intent == "run"
             lead = _choice_lead(reading.not_understood)
             return {
                 "kind": "choices",
@@ -189,7 +191,8 @@ class Principal:
             priority=carried.priority, max_parallel=carried.max_parallel,
             max_runtime_s=carried.max_runtime_s,
         )
-        return self.propose(conversation, request, True, confirm, f"{key}) {choice.label}")
+        start = conversation.carried_start
+        return self.propose(conversation, request, start, confirm, f"{key}) {choice.label}")
 
     def propose(
         self, conversation: Conversation, request: PlanRequest, start: bool, confirm: bool,
