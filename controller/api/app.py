@@ -9,7 +9,8 @@ from fastapi import FastAPI
 
 from controller import __version__
 from controller.api.errors import install_error_handlers
-from controller.api.routes import health, runs, sandboxes, stream, templates
+from controller.api.routes import health, metrics, runs, sandboxes, stream, templates
+from controller.logs import RequestContextMiddleware
 from controller.service import Controller
 
 
@@ -31,7 +32,8 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
         description="Runs simulation templates in parallel, one sandbox each.",
     )
     app.state.controller = controller
+    app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
-    for module in (health, templates, runs, stream, sandboxes):
+    for module in (health, metrics, templates, runs, stream, sandboxes):
         app.include_router(module.router)
     return app

@@ -74,6 +74,7 @@ def serve(
         host=settings.host,
         port=settings.port,
         log_level="info" if verbose else "warning",
+        log_config=None,  # uvicorn's lines go through our handler: one format, redacted
     )
 
 
