@@ -12,7 +12,9 @@ from sqlalchemy.engine import make_url
 
 BackendName = Literal["process", "docker", "kubernetes"]
 
-REPO_CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalog"
+# The built-in catalog ships inside the package (package-data), so a wheel carries it.
+BUILTIN_CATALOG_DIR = Path(__file__).resolve().parent / "builtin_catalog"
+REPO_CATALOG_DIR = BUILTIN_CATALOG_DIR  # the older name, kept for callers
 
 
 class Settings(BaseSettings):
@@ -50,7 +52,7 @@ class Settings(BaseSettings):
         description="Extra catalog directories (colon-separated), merged over the built-in one.",
     )
     builtin_catalog_dir: Path = Field(
-        REPO_CATALOG_DIR, description="The built-in catalog directory."
+        BUILTIN_CATALOG_DIR, description="The built-in catalog directory (inside the package)."
     )
     api_tokens: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import RedirectResponse
 
 from controller import __version__
 from controller.api.errors import install_error_handlers
 from controller.api.routes import health, metrics, runs, sandboxes, stream, templates
 from controller.logs import RequestContextMiddleware
 from controller.service import Controller
+from controller.web import access, pages
+from controller.web.security import CsrfGuard
 
 
 def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI:
@@ -34,6 +37,12 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     app.state.controller = controller
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
-    for module in (health, metrics, templates, runs, stream, sandboxes):
+    for module in (health, metrics, templates, runs, stream, sandboxes, access, pages):
         app.include_router(module.router)
+    app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens)
+
+    @app.exception_handler(access.LoginRequired)
+    async def _login_required(_request: Request, exc: access.LoginRequired) -> RedirectResponse:
+        return access.login_redirect(exc.target)
+
     return app

@@ -54,9 +54,8 @@ def serve(
     verbose: Verbose = True,
 ) -> None:
     """Serve the controller API (migrations are applied at start)."""
-    import uvicorn
-
     from controller.api.app import create_app
+    from controller.cli.embedded import docker_listener, listener_settings, serve_app
     from controller.service import Controller
 
     setup_logging(verbose)
@@ -68,14 +67,13 @@ def serve(
     ):
         raise fail(f"refusing to serve on {settings.host} without API tokens", Exit.USAGE) from None
     with errors_to_exit():
+        # docker backend, no network chosen: also listen on the `simple` network's gateway
+        listener = docker_listener(
+            settings, settings.port, bind=settings.host not in ("0.0.0.0", "::")
+        )
+        settings = settings.model_copy(update=listener_settings(settings, listener))
         controller = Controller(settings)
-    uvicorn.run(
-        create_app(controller),
-        host=settings.host,
-        port=settings.port,
-        log_level="info" if verbose else "warning",
-        log_config=None,  # uvicorn's lines go through our handler: one format, redacted
-    )
+        serve_app(create_app(controller), settings, listener, "info" if verbose else "warning")
 
 
 @db_app.command("upgrade")

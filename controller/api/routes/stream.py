@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path
+from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import StreamingResponse
 from sqlalchemy import Engine, select
 
@@ -84,10 +84,20 @@ async def stream_run(
         str | None,
         Header(max_length=30, description="The `id` of the last message received"),
     ] = None,
+    after: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=2**63 - 1,
+            description="Start after this message id (for a first connection that has "
+            "seen the run up to it, e.g. a dashboard page); Last-Event-ID wins",
+        ),
+    ] = 0,
 ) -> StreamingResponse:
     """Live run state and sandbox events (SSE); resume with Last-Event-ID."""
     run = await asyncio.to_thread(get_run, controller.engine, run_id)  # 404 before streaming
-    after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+    if last_event_id and last_event_id.isdigit():
+        after = int(last_event_id)
     return StreamingResponse(
         _messages(controller.engine, run_id, run, after),
         media_type="text/event-stream",
