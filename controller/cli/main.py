@@ -1,4 +1,4 @@
-"""`simplectl`: run, plan, status, report, logs, cancel, templates, serve, db.
+"""`simplectl`: run, plan, status, report, logs, cancel, templates, ask, chat, serve, db.
 
 Without --server (or SIMPLE_SERVER) commands work on the local embedded
 controller (the data directory in SIMPLE_DATA_DIR, default ./.simple); with it,
@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from controller.cli import inspect, run
+from controller.cli import ask, inspect, run
 from controller.cli.common import (
     Catalogs,
     Exit,
@@ -41,6 +41,8 @@ for command in (
     inspect.logs,
     inspect.cancel,
     inspect.templates,
+    ask.ask,
+    ask.chat,
 ):
     app.command()(command)
 
