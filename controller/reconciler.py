@@ -17,18 +17,20 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, func, select, update
 
+from controller import metrics
 from controller.backends.base import Backend, Observed, ObservedState
 from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError
 from controller.exit_path import ExitPath
 from controller.finisher import Outcome, archive_logs
 from controller.launcher import Launcher
+from controller.logs import log_context
+from controller.outcomes import classify, exit_outcome, run_outcome
 from controller.settings import Settings
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus, StopReason
 from controller.store.base import ObjectStore
@@ -122,7 +124,13 @@ class Reconciler:
         """
         began = time.perf_counter()
         self.passes += 1
-        observed = {(o.sandbox_id, o.attempt): o for o in self.backend.observe()} if full else {}
+        try:
+            observed = (
+                {(o.sandbox_id, o.attempt): o for o in self.backend.observe()} if full else {}
+            )
+        except SimpleError:
+            metrics.backend_error(self.backend, "observe")
+            raise
         with self.engine.connect() as conn:
             active = conn.execute(select(runs).where(runs.c.status.in_(list(ACTIVE_RUN)))).all()
             rows = (
@@ -141,7 +149,8 @@ class Reconciler:
         for row in rows:
             running.setdefault(row.run_id, []).append(row)
             if full:
-                self._follow(row, observed.get((row.id, row.attempt)), row.run_id in cancelled)
+                with log_context(run_id=row.run_id, sandbox_id=row.id, attempt=row.attempt):
+                    self._follow(row, observed.get((row.id, row.attempt)), row.run_id in cancelled)
         if full:
             self._collect_garbage(observed, wanted)
         for run in active:
@@ -197,6 +206,7 @@ class Reconciler:
         try:
             self.backend.stop(sandbox_id)
         except SimpleError as e:
+            metrics.backend_error(self.backend, "stop")
             logger.warning("could not stop sandbox %s (will retry): %s", sandbox_id, e)
 
     def _finish(self, row: Any, outcome: Outcome) -> None:
@@ -240,6 +250,7 @@ class Reconciler:
                     self.backend.stop(seen.sandbox_id)
                 self.backend.remove(seen.sandbox_id)
             except SimpleError as e:
+                metrics.backend_error(self.backend, "remove")
                 logger.warning("could not remove sandbox %s: %s", seen.sandbox_id, e)
 
     def _ours(self, seen: Observed) -> bool:
@@ -347,16 +358,19 @@ class Reconciler:
                 .values(status=SandboxStatus.SKIPPED, error=reason, finished_at=self.clock())
             ).rowcount
         if skipped:
+            metrics.SANDBOX_ENDS.labels(SandboxStatus.SKIPPED.value, self.backend.name).inc(skipped)
             logger.info("skipped %d sandbox(es) of run %s: %s", skipped, run_id, reason)
 
     def _skip(self, sandbox_id: str, reason: str) -> None:
         with self.engine.begin() as conn:
-            conn.execute(
+            skipped = conn.execute(
                 update(sandboxes)
                 .where(sandboxes.c.id == sandbox_id, sandboxes.c.status == SandboxStatus.PENDING)
                 .values(status=SandboxStatus.SKIPPED, error=reason, finished_at=self.clock())
-            )
-        logger.info("skipped sandbox %s: %s", sandbox_id, reason)
+            ).rowcount
+        if skipped:
+            metrics.SANDBOX_ENDS.labels(SandboxStatus.SKIPPED.value, self.backend.name).inc()
+        logger.info("skipped sandbox %s: %s", sandbox_id, reason, extra={"sandbox_id": sandbox_id})
 
     def _maybe_finish_run(self, run: Any) -> None:
         with self.engine.connect() as conn:
@@ -381,46 +395,3 @@ class Reconciler:
     def _set_run(self, run_id: str, **values: Any) -> None:
         with self.engine.begin() as conn:
             conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
-
-
-def exit_outcome(row: Any, seen: Observed) -> Outcome:
-    """How an exited sandbox ended, with when the backend saw it end."""
-    outcome = classify(row, seen)
-    if seen.exited_at is not None:
-        outcome = replace(outcome, exited_at=datetime.fromtimestamp(seen.exited_at, UTC))
-    return outcome
-
-
-def classify(row: Any, seen: Observed) -> Outcome:
-    """How an exited sandbox ended, from the engine's state and why we stopped it."""
-    if seen.oom_killed:
-        return Outcome(
-            SandboxStatus.OOM,
-            seen.exit_code,
-            f"killed: out of memory (limit {row.spec['resources'].get('memory')})",
-        )
-    if row.stop_reason == StopReason.TIMEOUT or seen.deadline_exceeded:
-        return Outcome(
-            SandboxStatus.TIMEOUT, seen.exit_code, f"timed out after {row.spec['timeout_s']} s"
-        )
-    if row.stop_reason == StopReason.CANCELLED:
-        return Outcome(SandboxStatus.CANCELLED, seen.exit_code, "cancelled")
-    if row.stop_reason == StopReason.BUDGET:
-        return Outcome(SandboxStatus.CANCELLED, seen.exit_code, "stopped: run budget exceeded")
-    if seen.exit_code == 0:
-        return Outcome(SandboxStatus.SUCCEEDED, 0, None)
-    if seen.reason:
-        return Outcome(SandboxStatus.FAILED, seen.exit_code, seen.reason)
-    error = row.error or f"exited with code {seen.exit_code}"
-    return Outcome(SandboxStatus.FAILED, seen.exit_code, error, transient=bool(row.transient))
-
-
-def run_outcome(cancelled: bool, error: str | None, statuses: list[str]) -> RunStatus:
-    """A finished run's status from its sandboxes'."""
-    if cancelled:
-        return RunStatus.CANCELLED
-    if error and error.startswith("budget"):
-        return RunStatus.BUDGET_EXCEEDED
-    if statuses and all(s == SandboxStatus.SUCCEEDED for s in statuses):
-        return RunStatus.SUCCEEDED
-    return RunStatus.FAILED

@@ -156,9 +156,7 @@ def _check_images(embedded: EmbeddedServer, body: dict[str, Any]) -> None:
     catalog = embedded.controller.catalog
     the_plan = plan(catalog, RunCreate.model_validate(body).plan_request())
     default = embedded.settings.default_image
-    require_images(
-        connect(), (catalog.templates[t].image or default for t in the_plan.selected)
-    )
+    require_images(connect(), (catalog.templates[t].image or default for t in the_plan.selected))
 
 
 def _start(client: ApiClient, body: dict[str, Any], key: str | None) -> str:
