@@ -128,14 +128,14 @@ def _check_schema(conn: sqlite3.Connection) -> None:
         if kind is None or kind[0] != "table":
             raise SnapshotRejected(
                 f"snapshot has no `{table}` table",
-                hint="create the tables of the snapshot schema in ARCHITECTURE.md",
+                hint="create the tables of the snapshot schema in docs/architecture.md",
             )
         present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         missing = [c for c in columns if c not in present]
         if missing:
             raise SnapshotRejected(
                 f"snapshot's `{table}` table lacks columns: {', '.join(missing)}",
-                hint="create the tables of the snapshot schema in ARCHITECTURE.md",
+                hint="create the tables of the snapshot schema in docs/architecture.md",
             )
 
 

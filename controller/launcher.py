@@ -72,6 +72,7 @@ class Launcher:
                     transient=None,
                     step=None,
                     steps_total=None,
+                    last_seq=0,  # a new attempt numbers its events from 1 again
                     prior_cost_usd=prior_cost,
                     cost_usd=0.0,
                     tokens=0,
@@ -93,6 +94,7 @@ class Launcher:
                 "attempt": attempt,
                 "token_hash": token_hash,
                 "launched_at": now,
+                "last_seq": 0,
                 "cost_usd": 0.0,
                 "prior_cost_usd": prior_cost,
                 "stop_reason": None,

@@ -96,7 +96,7 @@ def build_report(
     by_template: list[tuple[Any, ...]],
     by_mechanism: list[tuple[Any, ...]],
 ) -> dict[str, Any]:
-    """The JSON report of ARCHITECTURE.md, from query rows. Pure."""
+    """The JSON report of docs/architecture.md, from query rows. Pure."""
     statuses = [s["status"] for s in sandbox_rows]
     covered = sorted({m[0] for m in by_mechanism}, key=_mechanism_order)
     return {

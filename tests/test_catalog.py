@@ -1,7 +1,7 @@
 """The template catalog: the built-in one, user directories merged over it, bad files refused.
 
 Bad files must be refused with a `CatalogError` whose message names the file, the
-template and the field at fault (ARCHITECTURE.md, "Catalog files").
+template and the field at fault (docs/architecture.md, "Catalog files").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A sandbox written only from ARCHITECTURE.md's contract (plain urllib) runs as a template.
+"""A sandbox written only from docs/architecture.md's contract (plain urllib) runs as a template.
 
 Its events, replays, changed replays, bad and missing tokens, another sandbox's id,
 malformed events, its snapshot and its failure are answered as the contract says.

@@ -27,3 +27,22 @@ def test_quick_start_is_two_commands_and_ci_runs_the_test_one() -> None:
     commands = [line for line in block.group(1).splitlines() if line.strip()]
     assert commands == ["make quick", "make test"]
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_users_copy_of_the_contract_names_every_env_var_and_event_type() -> None:
+    from sandbox_image.contract import ENV_NAMES, EventType
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    missing = [n for n in ENV_NAMES if f"`{n}`" not in doc]
+    missing += [t.value for t in EventType if f"`{t.value}`" not in doc]
+    assert not missing, f"docs/architecture.md does not describe: {missing}"
+
+
+def test_no_hint_points_at_a_file_users_do_not_have() -> None:
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("controller", "sandbox_image")
+        for path in (ROOT / folder).rglob("*.py")
+        if "ARCHITECTURE" in path.read_text()
+    ]
+    assert not offenders, f"point these at docs/architecture.md: {offenders}"

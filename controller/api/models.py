@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Path
@@ -148,13 +147,6 @@ class EventsAccepted(BaseModel):
 class Health(BaseModel):
     status: str
     detail: str | None = None
-
-
-class RunCreated(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    run_id: str
-    status: str
-    created_at: datetime | None = None
 
 
 # --- Responses -------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from controller.backends.kubernetes_job import (
     pod_order,
 )
 from controller.errors import BackendError, NotFoundError, UnavailableError
+from controller.retry import backoff_s
 from sandbox_image.contract import (
     LABEL_ATTEMPT,
     LABEL_MANAGED_BY,
@@ -360,8 +361,9 @@ class KubernetesBackend(Backend):
 
     def _backoff(self, attempt: int, retry_after_s: float | None) -> float:
         """Capped exponential backoff with equal jitter; a server's Retry-After is a floor."""
-        ceiling = min(self._backoff_max_s, self._backoff_base_s * 2 ** (attempt - 1))
-        delay = ceiling / 2 + self._jitter() * ceiling / 2
+        delay = backoff_s(
+            attempt, self._backoff_base_s, self._backoff_max_s, self._jitter, equal_jitter=True
+        )
         if retry_after_s is not None:
             delay = max(delay, min(retry_after_s, self._backoff_max_s))
         return delay

@@ -3,7 +3,7 @@ and a Job with its Pods read back as an `Observed`.
 
 No I/O and no `kubernetes` import: `simplectl run --dry-run` renders Jobs offline,
 and both directions are tested as plain data. The Job is named by the sandbox id (so
-`kubectl logs job/<sandbox-id>` works), carries ARCHITECTURE's labels on itself and
+`kubectl logs job/<sandbox-id>` works), carries the labels of docs/architecture.md on itself and
 its Pod, and runs under the restricted Pod Security Standard with a read-only root
 filesystem; only /work (the working dir) and /tmp are writable.
 """

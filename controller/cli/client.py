@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+
+from controller.retry import backoff_s
 
 RETRIED_STATUS = frozenset({429, 502, 503, 504})
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
@@ -68,7 +69,7 @@ class ApiClient:
 
     def _backoff(self, attempt: int) -> None:
         """Capped exponential backoff with full jitter before attempt `attempt + 1`."""
-        time.sleep(random.uniform(0, min(MAX_DELAY_S, self.base_delay_s * 2 ** (attempt - 1))))
+        time.sleep(backoff_s(attempt, self.base_delay_s, MAX_DELAY_S))
 
     def get(self, path: str, **kwargs: Any) -> Any:
         return self.request("GET", path, **kwargs).json()

@@ -67,6 +67,8 @@ runs = Table(
     Column("created_at", UTCDateTime(), nullable=False),
     Column("started_at", UTCDateTime()),
     Column("finished_at", UTCDateTime()),
+    Index("ix_runs_status", "status"),
+    Index("ix_runs_created_at", "created_at"),
 )
 
 sandboxes = Table(
@@ -97,6 +99,8 @@ sandboxes = Table(
     Column("tokens", Integer, nullable=False, default=0),
     Column("aggregated", Boolean, nullable=False, default=False),
     Column("log_key", String(300)),
+    Index("ix_sandboxes_run_id_position", "run_id", "position"),
+    Index("ix_sandboxes_status_run_id", "status", "run_id"),
 )
 
 attempts = Table(
@@ -110,7 +114,8 @@ attempts = Table(
     Column("cost_usd", Float),
     Column("started_at", UTCDateTime()),
     Column("exited_at", UTCDateTime()),  # when the backend saw it end
-    Column("finished_at", UTCDateTime()),  # when the controller had recorded it all
+    Column("finished_at", UTCDateTime()),  # when the controller began recording its end
+    Column("recorded_at", UTCDateTime()),  # when its end and snapshot rows were committed
     # Resume (0013): the checkpoint step this attempt was given, and why none was.
     Column("resumed_from_step", Integer),
     Column("resume_note", Text),

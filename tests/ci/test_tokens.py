@@ -150,12 +150,18 @@ def test_a_sandbox_token_stops_working_when_its_sandbox_ends(served: Served) -> 
 
     url = f"{served.url}/v1/sandboxes/{sandbox_id.group(1)}/events"
     headers = {"Authorization": f"Bearer {token.group(1)}"}
-    for event_id in ("token-probe", "after-the-end"):  # a replay, and a new event
-        event: dict[str, Any] = {
-            "id": event_id, "seq": 1, "type": "started", "time": "2026-01-01T00:00:00Z", "data": {}
-        }
-        response = httpx.post(url, json={"events": [event]}, headers=headers, timeout=10)
-        assert response.status_code == 401, response.text
-        error = response.json()["error"]
-        assert "stopped working" in error["message"] and error["hint"]
+    def post(event_id: str) -> httpx.Response:
+        event = {"id": event_id, "seq": 1, "type": "started", "time": "2026-01-01T00:00:00Z",
+                 "data": {}}
+        return httpx.post(url, json={"events": [event]}, headers=headers, timeout=10)
+
+    # A new event is refused: the token died with its sandbox.
+    response = post("after-the-end")
+    assert response.status_code == 401, response.text
+    error = response.json()["error"]
+    assert "stopped working" in error["message"] and error["hint"]
+    # An exact replay of what was stored still gets its stored answer (at-least-once).
+    replay = post("token-probe")
+    assert replay.status_code == 200, replay.text
+    assert replay.json() == {"stored": ["token-probe"], "count": 1}
     assert token.group(1) not in served.log()

@@ -212,7 +212,7 @@ def test_ingestion_answers_as_on_sqlite(any_engine: Engine, catalog: Catalog,
     assert [a if isinstance(a, tuple) else 200 for a in answers] == [
         200, 200, (409, "event e1 was already received with a different body"), 200,
         (403, answers[4][1]), (401, answers[5][1]), (401, answers[6][1]), (401, answers[7][1]),
-        200, (409, "the batch repeats an event id with different bodies"), 200]
+        200, (409, "the batch repeats event id e3 with different bodies"), 200]
     assert [r[0] for r in stored] == ["e0", "e1", "e2", "f1", "f2"]  # e3: its batch conflicts
 
 
