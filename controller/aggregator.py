@@ -15,14 +15,15 @@ import math
 import os
 import sqlite3
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert
 
 from controller.db.schema import result_runs, result_steps
 from controller.errors import SnapshotRejected
-from sandbox_image.contract import SNAPSHOT_TABLES
+from controller.snapshot_items import load_items, read_items
+from sandbox_image.contract import OPTIONAL_SNAPSHOT_TABLES, SNAPSHOT_TABLES
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 MAX_STEP_ROWS = 2_000_000
@@ -55,6 +56,7 @@ _STEP_TYPES = {
 class SnapshotRows:
     runs: list[dict[str, Any]]
     steps: list[tuple[Any, ...]]
+    items: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 def read_snapshot(data: bytes, max_bytes: int) -> SnapshotRows:
@@ -95,6 +97,7 @@ def _read_private_copy(path: str) -> SnapshotRows:
             for r in _select(conn, "runs")
         ]
         steps = _checked_steps(conn)
+        items = read_items(conn)
     except sqlite3.DatabaseError as e:
         raise SnapshotRejected(f"snapshot is not a readable SQLite database: {e}") from e
     finally:
@@ -119,11 +122,13 @@ def _read_private_copy(path: str) -> SnapshotRows:
         raise SnapshotRejected(f"snapshot has more than {MAX_STEP_ROWS} step rows")
     for run in runs:
         run["mechanisms_used"] = _mechanisms(run["mechanisms_used"])
-    return SnapshotRows(runs=runs, steps=steps)
+    return SnapshotRows(runs=runs, steps=steps, items=items)
 
 
 def _check_schema(conn: sqlite3.Connection) -> None:
     for table, columns in SNAPSHOT_TABLES.items():
+        if table in OPTIONAL_SNAPSHOT_TABLES:
+            continue  # checked by their own readers
         kind = conn.execute("SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
         if kind is None or kind[0] != "table":
             raise SnapshotRejected(
@@ -254,6 +259,7 @@ def load_snapshot(conn: Connection, run_id: str, sandbox_id: str, rows: Snapshot
             for r in rows.runs
         ],
     )
+    load_items(conn, run_id, sandbox_id, rows.runs[0]["template_id"], rows.items)
     if rows.steps:
         if conn.dialect.name == "postgresql":
             _copy_steps(conn, run_id, sandbox_id, rows.steps)
