@@ -21,7 +21,7 @@ from controller.errors import InputError
 DEFAULT_BATCH_SIZE = 100  # the seed's "max traces per batch"
 MAX_BATCH_SIZE = 1000
 MAX_RUN_ITEMS = 10_000
-MAX_ITEM_DATA_BYTES = 1 << 20  # the seed's "1MB per trace"
+MAX_ITEM_DATA_BYTES = 512 << 10  # under the snapshot reader's longest value (1 MB)
 MAX_RUN_ITEMS_BYTES = 32 << 20
 ITEM_ID = re.compile(r"^[A-Za-z0-9_.:/@+=-]{1,200}$")
 ENTRYPOINT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")

@@ -18,10 +18,11 @@ from controller.db.schema import result_items
 from controller.errors import SnapshotRejected
 from sandbox_image.contract import ITEM_STATUSES, SNAPSHOT_TABLES
 
-MAX_ITEM_ROWS = 100_000
-# Longest text accepted per column; `data` is an item's input, echoed back.
+MAX_ITEM_ROWS = 50_000
+MAX_ITEM_TEXT_BYTES = 64 << 20  # all of the rows' text together: bounds the reader's memory
+# Longest text accepted per column; `data` is an item's input (at most 512 KiB), echoed back.
 ITEM_TEXT_LIMITS = {"item_id": 200, "status": 20, "reason": 2000, "error": 4000,
-                    "data": 1 << 20}
+                    "data": 640_000}
 _COLUMNS = SNAPSHOT_TABLES["items"]
 
 
@@ -65,6 +66,16 @@ def read_items(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             f"snapshot's `items` holds an invalid row: {_describe(bad)}",
             hint="status is succeeded|failed|skipped, passed 0/1, data JSON text",
         )
+    count, size = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(length(item_id) + length(status) + "
+        "COALESCE(length(reason), 0) + COALESCE(length(error), 0) + "
+        "COALESCE(length(data), 0)), 0) FROM main.items").fetchone()
+    if count > MAX_ITEM_ROWS:
+        raise SnapshotRejected(f"snapshot has more than {MAX_ITEM_ROWS} item rows")
+    if size > MAX_ITEM_TEXT_BYTES:
+        raise SnapshotRejected(f"snapshot's `items` hold {size} characters of text, over "
+                               f"the {MAX_ITEM_TEXT_BYTES} allowed",
+                               hint="keep item data small; the controller has the inputs")
     rows = conn.execute(f"SELECT {columns} FROM main.items LIMIT {MAX_ITEM_ROWS + 1}").fetchall()
     if len(rows) > MAX_ITEM_ROWS:
         raise SnapshotRejected(f"snapshot has more than {MAX_ITEM_ROWS} item rows")
