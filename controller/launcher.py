@@ -5,17 +5,19 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Engine, func, insert, update
 
+from controller import metrics
 from controller.backends.base import Backend, Resources, SandboxSpec
 from controller.db.schema import attempts, sandboxes
 from controller.errors import BackendError, SimpleError, StoreError
 from controller.finisher import Outcome, finish_attempt
 from controller.inputs import prepare_inputs
+from controller.logs import log_context
 from controller.settings import Settings
 from controller.states import SandboxStatus
 from controller.store.base import ObjectStore, snapshot_key
@@ -117,10 +119,18 @@ class Launcher:
     def start(self, claim: Claim, now: datetime, rng: random.Random) -> bool:
         """Prepare the attempt's inputs and ask the backend to start it; a refusal ends it."""
         row = claim.row
+        with log_context(run_id=row.run_id, sandbox_id=row.id, attempt=row.attempt):
+            return self._start(claim, now, rng)
+
+    def _start(self, claim: Claim, now: datetime, rng: random.Random) -> bool:
+        row = claim.row
         try:
             spec = self._with_inputs(claim)
             self.backend.launch(spec)
+            metrics.LAUNCH_LATENCY.observe(max((datetime.now(UTC) - now).total_seconds(), 0.0))
         except (BackendError, StoreError) as e:
+            if isinstance(e, BackendError):
+                metrics.backend_error(self.backend, "launch")
             logger.warning("launch of sandbox %s attempt %d failed: %s", row.id, row.attempt, e)
             finish_attempt(
                 self.engine,
