@@ -283,3 +283,37 @@ def test_ws_too_big_a_message_closes_the_socket(served: EmbeddedServer, tmp_path
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=15)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+# --- simplectl ask during a real run ---------------------------------------------------
+
+
+def test_simplectl_ask_answers_with_the_live_state_and_cost(
+    served: EmbeddedServer, client: httpx.Client
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    started = say(client, "run slow_one")
+    run_id = started["run"]["run_id"]
+
+    def costing() -> dict[str, Any] | None:
+        sandbox = client.get(f"/v1/runs/{run_id}").json()["sandboxes"][0]
+        return sandbox if sandbox["status"] == "running" and sandbox["cost_usd"] > 0 else None
+
+    wait_for(costing, 60, "slow_one to run and report cost")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIMPLE_")}
+    env.update(SIMPLE_SERVER=served.url, SIMPLE_TOKEN="t1")
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.cli", "ask", "--json", "how's slow_one doing?"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    reply = json.loads(result.stdout)
+    sandbox = reply["answer"]["sandboxes"][0]
+    assert sandbox["run_id"] == run_id and sandbox["status"] == "running"
+    assert sandbox["cost_usd"] > 0
+    assert f"slow_one in {run_id}: running, step " in reply["text"]
+    assert f"${sandbox['cost_usd']:,.2f} spent (estimate $0.10-0.50" in reply["text"]
+    client.post(f"/v1/runs/{run_id}/cancel")
