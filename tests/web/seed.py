@@ -24,6 +24,7 @@ def seed_run(
     status: str = "running",
     message: str = "agent 3 timed out",
     template_prefix: str = "tpl",
+    states: tuple[str, ...] = STATES,
 ) -> list[str]:
     """A run of COUNT sandboxes in mixed states, with attempts (some retried) and events;
     returns the sandbox ids. `message` goes into error events and failed sandboxes."""
@@ -41,7 +42,7 @@ def seed_run(
     }
     sandbox_rows, attempt_rows, event_rows = [], [], []
     for n, sandbox_id in enumerate(ids):
-        state = STATES[n % len(STATES)] if status == "running" else status
+        state = states[n % len(states)] if status == "running" else status
         launched = start + timedelta(seconds=n % 300)
         ended = state not in ("running", "pending")
         tries = 0 if state == "pending" else (2 if n % 7 == 3 else 1)
