@@ -92,6 +92,12 @@ class ConfigError(SimpleError):
     code = "invalid_config"
 
 
+class MissingExtraError(ConfigError):
+    """A backend or store was asked for whose optional dependencies are not installed."""
+
+    code = "missing_extra"
+
+
 class UnavailableError(SimpleError):
     """A dependency (database, store, backend) cannot be reached right now."""
 
