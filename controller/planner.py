@@ -18,10 +18,11 @@ ambiguous or names nothing is refused with the choices, never guessed at.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from controller.batches import WorkItem, check_batch_size, split
 from controller.catalog import Catalog, Template
 from controller.errors import AmbiguousRequestError, InputError, UnknownNameError
 from controller.principal.grammar import Reading, read_request
@@ -49,6 +50,8 @@ class PlanRequest:
     budget_usd: float | None = None
     priority: Priority = Priority.BALANCED
     max_parallel: int | None = None
+    items: tuple[WorkItem, ...] | None = None  # ad-hoc items for the one template named
+    batch_size: int | None = None
     exclude: tuple[str, ...] = ()  # template ids left out on request ("but not portal-test")
     max_runtime_s: float | None = None  # templates that may run longer are left out
 
@@ -72,11 +75,13 @@ class Plan:
     priority: Priority
     budget_usd: float | None
     expensive: tuple[str, ...] = field(default=())
+    batches: tuple[BatchPlan, ...] = field(default=())
     max_runtime_s: float | None = None
     interpretation: dict[str, Any] | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "batches": [b.to_dict() for b in self.batches],
             "selected": list(self.selected),
             "excluded": [{"template_id": e.template_id, "reason": e.reason} for e in self.excluded],
             "estimated_cost_usd": list(self.estimated_cost_usd),
@@ -91,11 +96,68 @@ class Plan:
         }
 
 
+@dataclass(frozen=True)
+class BatchPlan:
+    """How a batch template's items split into sandboxes."""
+
+    template_id: str
+    batch_size: int
+    sizes: tuple[int, ...]  # items per sandbox, in launch order
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"template_id": self.template_id, "items": sum(self.sizes),
+                "batch_size": self.batch_size, "sandboxes": len(self.sizes),
+                "items_per_sandbox": [min(self.sizes), max(self.sizes)]}
+
+
+def with_items(catalog: Catalog, request: PlanRequest, template_id: str) -> Template:
+    """The template with the request's ad-hoc items and batch size applied."""
+    template = catalog.templates[template_id]
+    items = template.items if request.items is None else request.items
+    if not items:
+        return template
+    return replace(template, items=items,
+                   batch_size=check_batch_size(request.batch_size or template.batch_size))
+
+
+def item_batches(template: Template) -> list[tuple[WorkItem, ...]]:
+    """The template's items split into sandboxes; [] for a template without items."""
+    return split(template.items, check_batch_size(template.batch_size))
+
+
+def _batch_plans(templates: list[Template]) -> tuple[BatchPlan, ...]:
+    return tuple(
+        BatchPlan(t.id, check_batch_size(t.batch_size), tuple(len(b) for b in item_batches(t)))
+        for t in templates if t.items)
+
+
+def _per_sandbox(templates: list[Template], index: int) -> list[float]:
+    """Runtime estimates per sandbox, launch order; a batch's scale with its items."""
+    return [t.runtime_s[index] * (len(batch) if t.items else 1)
+            for t in templates for batch in (item_batches(t) if t.items else [()])]
+
+
+def _scaled(template: Template) -> Template:
+    """A batch template's estimates are per item: the whole template's scale with them."""
+    if not template.items:
+        return template
+    n = len(template.items)
+    return replace(template, cost_usd=(template.cost_usd[0] * n, template.cost_usd[1] * n))
+
+
+def _check_items_request(wanted: list[str], request: PlanRequest) -> None:
+    if request.items is not None and len(wanted) != 1:
+        raise InputError(f"items were given for {len(wanted)} templates; name exactly one",
+                         hint="e.g. `simplectl run TEMPLATE --items FILE`", field="items")
+
+
 def plan(catalog: Catalog, request: PlanRequest) -> Plan:
     """Select, order and size a run from the catalog."""
     request, reading = _apply_query(catalog, request)
     wanted, asked_out = _without_exclusions(_select(catalog, request), request, catalog)
-    ordered = _order([catalog.templates[t] for t in wanted], request.priority)
+    _check_items_request(wanted, request)
+    templates = [_scaled(with_items(catalog, request, t)) for t in wanted]
+    ordered = _order(templates, request.priority)
     ordered, too_long = _fit_runtime(ordered, request.max_runtime_s)
     selected, excluded = _fit_budget(ordered, request.budget_usd)
     excluded = [*asked_out, *too_long, *excluded]
@@ -108,9 +170,10 @@ def plan(catalog: Catalog, request: PlanRequest) -> Plan:
             round(sum(t.cost_usd[1] for t in selected), 2),
         ),
         estimated_runtime_s=(
-            _makespan([t.runtime_s[0] for t in selected], max_parallel),
-            _makespan([t.runtime_s[1] for t in selected], max_parallel),
+            _makespan(_per_sandbox(selected, 0), max_parallel),
+            _makespan(_per_sandbox(selected, 1), max_parallel),
         ),
+        batches=_batch_plans(selected),
         max_parallel=max_parallel,
         max_parallel_expensive=max_expensive,
         priority=request.priority,
@@ -244,7 +307,7 @@ def _fit_budget(
 
 
 def _parallelism(selected: list[Template], request: PlanRequest) -> tuple[int, int | None]:
-    count = max(len(selected), 1)
+    count = max(sum(len(item_batches(t)) if t.items else 1 for t in selected), 1)
     if request.max_parallel is not None and request.max_parallel < 1:
         raise InputError("max_parallel must be at least 1", field="max_parallel")
     if request.priority is Priority.SPEED:
@@ -252,7 +315,8 @@ def _parallelism(selected: list[Template], request: PlanRequest) -> tuple[int, i
     elif request.priority is Priority.COST:
         chosen, expensive = min(count, COST_PRIORITY_PARALLEL), None
     else:
-        cheap = sum(1 for t in selected if not _is_expensive(t))
+        cheap = sum(len(item_batches(t)) if t.items else 1
+                    for t in selected if not _is_expensive(t))
         chosen, expensive = min(max(cheap, 1), MAX_WORKERS), 1
     if request.max_parallel is not None:  # an explicit choice wins over the priority's
         chosen = min(count, request.max_parallel)

@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Engine, select, text
 
 from controller.db.schema import attempts, runs, sandboxes
 from controller.errors import NotFoundError
+from controller.item_results import EMPTY, add_counts, item_counts, steps_recorded
 from controller.states import FAILED_SANDBOX, SandboxStatus
 
 MECHANISMS_TOTAL = 17
@@ -66,6 +67,8 @@ def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
         by_sandbox = {r[0]: r[1:] for r in _rows(conn, _BY_SANDBOX_SQL, params)}
         by_template = _rows(conn, _BY_TEMPLATE_SQL.format(collate=_COLLATE[dialect]), params)
         by_mechanism = _rows(conn, _BY_MECHANISM_SQL[dialect], params)
+        items = item_counts(conn, run_id)
+        steps = steps_recorded(conn, run_id)
     return build_report(
         run._asdict(),
         [r._asdict() for r in rows],
@@ -73,6 +76,8 @@ def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
         by_sandbox,
         by_template,
         by_mechanism,
+        items,
+        steps,
     )
 
 
@@ -95,6 +100,8 @@ def build_report(
     by_sandbox: dict[str, tuple[Any, ...]],
     by_template: list[tuple[Any, ...]],
     by_mechanism: list[tuple[Any, ...]],
+    items: dict[str, dict[str, int]] | None = None,
+    steps: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The JSON report of docs/architecture.md, from query rows. Pure."""
     statuses = [s["status"] for s in sandbox_rows]
@@ -105,7 +112,14 @@ def build_report(
         "created_at": _iso(run["created_at"]),
         "finished_at": _iso(run["finished_at"]),
         "plan": run["plan"],
-        "sandboxes": [_sandbox_row(s, by_sandbox.get(s["id"])) for s in sandbox_rows],
+        "sandboxes": [
+            {
+                **_sandbox_row(s, by_sandbox.get(s["id"])),
+                "items": (items or {}).get(s["id"], EMPTY),
+                "steps_recorded": (steps or {}).get(s["id"], 0),
+            }
+            for s in sandbox_rows
+        ],
         "totals": {
             "sandboxes": len(sandbox_rows),
             "succeeded": statuses.count(SandboxStatus.SUCCEEDED),
@@ -119,6 +133,7 @@ def build_report(
             "timepoints_created": int(totals[4]),
             "mechanisms_covered": covered,
             "mechanism_coverage_pct": round(100 * len(covered) / MECHANISMS_TOTAL, 1),
+            "items": add_counts(list((items or {}).values())),
         },
         "by_template": [
             {
