@@ -20,6 +20,9 @@ from websockets.sync.client import connect
 from controller.cli.embedded import EmbeddedServer
 from controller.settings import Settings
 
+# No database behaviour of its own (or its own SQLite file): once is enough in CI.
+pytestmark = pytest.mark.once
+
 CATALOG = """
 templates:
   - id: cheap_one
