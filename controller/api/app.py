@@ -14,7 +14,7 @@ from controller.api.routes import chat, health, metrics, runs, sandboxes, stream
 from controller.logs import RequestContextMiddleware
 from controller.principal.assistant import create_principal
 from controller.service import Controller
-from controller.web import access, pages
+from controller.web import access, chat_panel, pages
 from controller.web.security import CsrfGuard
 
 
@@ -39,7 +39,9 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     app.state.principal = create_principal(controller)
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
-    for module in (health, metrics, templates, runs, stream, sandboxes, chat, access, pages):
+    for module in (
+        health, metrics, templates, runs, stream, sandboxes, chat, access, pages, chat_panel
+    ):
         app.include_router(module.router)
     app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens)
 

@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from controller.api.deps import Authorized, BearerCredentials, token_is_valid
+from controller.api.deps import Authorized, BearerCredentials, SessionCookie, token_is_valid
 from controller.api.models import ChoicePublic, Interpretation, error_responses
 from controller.errors import SimpleError
 from controller.principal.conversation import Principal
@@ -76,10 +76,17 @@ def _owner(token: str | None) -> str:
     dependencies=[Authorized],
     responses=error_responses(401, 404, 422),
 )
-def chat(body: ChatTurn, request: Request, credentials: BearerCredentials = None) -> dict[str, Any]:
+def chat(
+    body: ChatTurn,
+    request: Request,
+    credentials: BearerCredentials = None,
+    session: SessionCookie = None,
+) -> dict[str, Any]:
     """One turn of a conversation with the principal (plan, run, ask, cancel)."""
     token = credentials.credentials.strip() if credentials else None
-    return _principal(request).turn(body.conversation_id, body.message, _owner(token), body.confirm)
+    # The dashboard's panel sends its session cookie (a digest of its token) instead.
+    owner = _owner(token) if token else _owner("session:" + session if session else None)
+    return _principal(request).turn(body.conversation_id, body.message, owner, body.confirm)
 
 
 @router.websocket("/ws")
@@ -94,18 +101,10 @@ async def chat_ws(websocket: WebSocket) -> None:
         if controller.settings.api_tokens and not token_is_valid(token, controller):
             token = await _token_message(inbox)
             if not token_is_valid(token, controller):
-                await _send(
-                    websocket,
-                    {
-                        "type": "error",
-                        "error": {
-                            "code": "unauthorized",
-                            "message": "this API needs a valid token",
-                            "hint": "send `Authorization: Bearer <token>` or a first message "
-                            '{"token": "<token>"}',
-                        },
-                    },
-                )
+                await _send(websocket, {"type": "error", "error": {
+                    "code": "unauthorized", "message": "this API needs a valid token",
+                    "hint": "send `Authorization: Bearer <token>` or a first message "
+                    '{"token": "<token>"}'}})
                 await websocket.close(code=4401)
                 return
         await _converse(websocket, inbox, _principal(websocket), _owner(token))
@@ -129,7 +128,8 @@ async def _converse(
         if raw is None:
             return
         try:
-            turn = ChatTurn.model_validate({"conversation_id": conversation_id, **_object(raw)})
+            turn = ChatTurn.model_validate({"conversation_id": conversation_id,
+                                            **_object(raw)})
             reply = await asyncio.to_thread(
                 principal.turn, turn.conversation_id, turn.message, owner, turn.confirm
             )
@@ -154,9 +154,8 @@ async def _read(websocket: WebSocket, inbox: asyncio.Queue[str | None]) -> None:
         while True:
             raw = await websocket.receive_text()
             if len(raw.encode()) > MAX_MESSAGE_BYTES:
-                await websocket.close(
-                    code=1009, reason=f"messages are at most {MAX_MESSAGE_BYTES} bytes"
-                )
+                await websocket.close(code=1009, reason=f"messages are at most "
+                                      f"{MAX_MESSAGE_BYTES} bytes")
                 break
             await inbox.put(raw)
     except (WebSocketDisconnect, RuntimeError, KeyError):
@@ -192,14 +191,12 @@ def _error(error: Exception) -> dict[str, Any]:
     if isinstance(error, ValidationError):
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return {
-            "code": "invalid_input",
-            "message": f"{where}: {first['msg']}",
-            "hint": '{"message": "…", "confirm": false}',
-        }
+        return {"code": "invalid_input", "message": f"{where}: {first['msg']}",
+                "hint": '{"message": "…", "confirm": false}'}
     return {"code": "invalid_input", "message": str(error), "hint": "send a JSON object"}
 
 
 async def _send(websocket: WebSocket, data: dict[str, Any]) -> None:
     with contextlib.suppress(RuntimeError, WebSocketDisconnect):
         await websocket.send_text(json.dumps(data, default=str))
+
