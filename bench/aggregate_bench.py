@@ -53,9 +53,8 @@ from controller.db.schema import result_runs, result_steps, runs
 from sandbox_image.contract import SNAPSHOT_SCHEMA_SQL
 
 RUN_ID = "run-aggregate-bench"
-STEP_COLUMNS = (
-    "sandbox_id, run_id, snapshot_run_id, step, duration_ms, actions, failures, cost_usd, tokens"
-)
+STEP_COLUMNS = "sandbox_id, run_id, snapshot_run_id, step, duration_ms, actions, failures, " \
+               "cost_usd, tokens"
 MAX_BYTES = 512 * 1024 * 1024
 
 
@@ -68,32 +67,15 @@ def write_snapshots(directory: Path, count: int, rows: int) -> list[Path]:
         path = directory / f"{sandbox_id}.sqlite"
         conn = sqlite3.connect(path)
         conn.executescript(SNAPSHOT_SCHEMA_SQL)
-        steps = [
-            (
-                sandbox_id,
-                step,
-                rng.randint(10, 5000),
-                rng.randint(1, 40),
-                rng.randint(0, 3),
-                round(rng.uniform(0, 0.05), 6),
-                rng.randint(0, 4000),
-            )
-            for step in range(1, rows + 1)
-        ]
+        steps = [(sandbox_id, step, rng.randint(10, 5000), rng.randint(1, 40),
+                  rng.randint(0, 3), round(rng.uniform(0, 0.05), 6), rng.randint(0, 4000))
+                 for step in range(1, rows + 1)]
         conn.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?)", steps)
         conn.execute(
             "INSERT INTO runs VALUES (?, 'bench', 'completed', '2026-11-21T00:00:00Z', "
             "'2026-11-21T01:00:00Z', ?, ?, ?, ?, ?, ?)",
-            (
-                sandbox_id,
-                sum(s[5] for s in steps),
-                sum(s[6] for s in steps),
-                rows,
-                6,
-                rows,
-                '["M1", "M7", "M13"]',
-            ),
-        )
+            (sandbox_id, sum(s[5] for s in steps), sum(s[6] for s in steps), rows, 6, rows,
+             '["M1", "M7", "M13"]'))
         conn.commit()
         conn.close()
         paths.append(path)
@@ -115,29 +97,14 @@ def minimal_copy(engine: Engine, paths: list[Path], binary: bool = False) -> Non
     options = " (FORMAT BINARY)" if binary else ""
     for path in paths:
         snapshot = sqlite3.connect(path)
-        steps = snapshot.execute(
-            "SELECT run_id, step, duration_ms, actions, failures, cost_usd, tokens FROM steps"
-        ).fetchall()
+        steps = snapshot.execute("SELECT run_id, step, duration_ms, actions, failures, "
+                                 "cost_usd, tokens FROM steps").fetchall()
         snapshot.close()
-        with (
-            engine.begin() as conn,
-            _driver(conn).cursor() as cursor,
-            cursor.copy(f"COPY result_steps ({STEP_COLUMNS}) FROM STDIN{options}") as copy,
-        ):
+        with engine.begin() as conn, _driver(conn).cursor() as cursor, \
+                cursor.copy(f"COPY result_steps ({STEP_COLUMNS}) FROM STDIN{options}") as copy:
             if binary:
-                copy.set_types(
-                    [
-                        "varchar",
-                        "varchar",
-                        "varchar",
-                        "int4",
-                        "int8",
-                        "int8",
-                        "int8",
-                        "float8",
-                        "int8",
-                    ]
-                )
+                copy.set_types(["varchar", "varchar", "varchar", "int4", "int8", "int8", "int8",
+                                "float8", "int8"])
             for step in steps:
                 copy.write_row((path.stem, RUN_ID, *step))
 
@@ -151,9 +118,8 @@ INSERT_SQL = f"INSERT INTO result_steps ({STEP_COLUMNS}) VALUES ({', '.join(['%s
 
 def _steps(path: Path) -> list[tuple[Any, ...]]:
     snapshot = sqlite3.connect(path)
-    steps = snapshot.execute(
-        "SELECT run_id, step, duration_ms, actions, failures, cost_usd, tokens FROM steps"
-    ).fetchall()
+    steps = snapshot.execute("SELECT run_id, step, duration_ms, actions, failures, "
+                             "cost_usd, tokens FROM steps").fetchall()
     snapshot.close()
     return [(path.stem, RUN_ID, *step) for step in steps]
 
@@ -183,13 +149,8 @@ def empty(engine: Engine) -> None:
         conn.execute(text("VACUUM ANALYZE result_steps"))
 
 
-def timed(
-    engine: Engine,
-    method: Callable[[Engine, list[Path]], None],
-    paths: list[Path],
-    expected_rows: int,
-    fresh: bool = True,
-) -> float:
+def timed(engine: Engine, method: Callable[[Engine, list[Path]], None], paths: list[Path],
+          expected_rows: int, fresh: bool = True) -> float:
     if fresh:
         empty(engine)
     started = time.perf_counter()
@@ -206,12 +167,8 @@ def main() -> int:
     parser.add_argument("--snapshots", type=int, default=64)
     parser.add_argument("--rows", type=int, default=20_000, help="step rows per snapshot")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--insert-snapshots",
-        type=int,
-        default=8,
-        help="snapshots the INSERT baselines load (scaled to all)",
-    )
+    parser.add_argument("--insert-snapshots", type=int, default=8,
+                        help="snapshots the INSERT baselines load (scaled to all)")
     args = parser.parse_args()
     expected = args.snapshots * args.rows
     args.insert_snapshots = min(args.insert_snapshots, args.snapshots)
@@ -220,32 +177,20 @@ def main() -> int:
         engine = create_db_engine(url)
         upgrade(engine)
         with engine.begin() as conn:
-            conn.execute(
-                insert(runs).values(
-                    id=RUN_ID,
-                    status="running",
-                    backend="process",
-                    request={},
-                    plan={},
-                    max_parallel=1,
-                    cancel_requested=False,
-                    created_at=datetime.now(UTC),
-                )
-            )
+            conn.execute(insert(runs).values(
+                id=RUN_ID, status="running", backend="process", request={}, plan={},
+                max_parallel=1, cancel_requested=False, created_at=datetime.now(UTC)))
         paths = write_snapshots(Path(directory), args.snapshots, args.rows)
         size_mb = sum(p.stat().st_size for p in paths) / 2**20
-        times: dict[str, list[float]] = {
-            k: [] for k in ("simple", "copy", "binary", "insert", "many", "repeat")
-        }
-        subset, subset_rows = paths[: args.insert_snapshots], args.insert_snapshots * args.rows
+        times: dict[str, list[float]] = {k: [] for k in ("simple", "copy", "binary", "insert",
+                                                         "many", "repeat")}
+        subset, subset_rows = paths[:args.insert_snapshots], args.insert_snapshots * args.rows
         for number in range(args.rounds):
-            methods = [
-                ("simple", simple_load, paths, expected, 1.0),
-                ("copy", minimal_copy, paths, expected, 1.0),
-                ("binary", minimal_binary_copy, paths, expected, 1.0),
-                ("insert", row_by_row, subset, subset_rows, scale),
-                ("many", executemany, subset, subset_rows, scale),
-            ]
+            methods = [("simple", simple_load, paths, expected, 1.0),
+                       ("copy", minimal_copy, paths, expected, 1.0),
+                       ("binary", minimal_binary_copy, paths, expected, 1.0),
+                       ("insert", row_by_row, subset, subset_rows, scale),
+                       ("many", executemany, subset, subset_rows, scale)]
             random.Random(number).shuffle(methods)
             for name, method, files, rows, factor in methods:
                 times[name].append(timed(engine, method, files, rows) * factor)
@@ -255,61 +200,39 @@ def main() -> int:
             runs_loaded = conn.execute(select(func.count()).select_from(result_runs)).scalar()
         engine.dispose()
         report(args, url, size_mb, times, int(runs_loaded or 0))
-    simple, copy, binary, insert_ = (
-        statistics.median(times[k]) for k in ("simple", "copy", "binary", "insert")
-    )
+    simple, copy, binary, insert_ = (statistics.median(times[k])
+                                     for k in ("simple", "copy", "binary", "insert"))
     return 0 if simple <= 1.5 * min(copy, binary) and insert_ >= 10 * simple else 1
 
 
-def report(
-    args: argparse.Namespace,
-    url: str,
-    size_mb: float,
-    times: dict[str, list[float]],
-    runs_loaded: int,
-) -> None:
+def report(args: argparse.Namespace, url: str, size_mb: float, times: dict[str, list[float]],
+           runs_loaded: int) -> None:
     rows = args.snapshots * args.rows
     medians = {k: statistics.median(v) for k, v in times.items()}
-    print(
-        f"\nAggregation: {args.snapshots} snapshots x {args.rows:,} step rows ({rows:,} rows, "
-        f"{size_mb:.0f} MiB of SQLite), one transaction per snapshot, median of "
-        f"{args.rounds} rounds; PostgreSQL at {url.rpartition('@')[2]}, {os.cpu_count()} CPUs"
-    )
+    print(f"\nAggregation: {args.snapshots} snapshots x {args.rows:,} step rows ({rows:,} rows, "
+          f"{size_mb:.0f} MiB of SQLite), one transaction per snapshot, median of "
+          f"{args.rounds} rounds; PostgreSQL at {url.rpartition('@')[2]}, {os.cpu_count()} CPUs")
     print(f"{'':44}{'seconds':>9}{'rows/s':>12}   per round")
     scaled = f" *{args.insert_snapshots}"
-    labels = {
-        "simple": "SIMPLE (validate + replace + binary COPY)",
-        "copy": "minimal script (COPY, text)",
-        "binary": "minimal script (COPY, binary)",
-        "insert": "row-by-row INSERT" + scaled,
-        "many": "executemany INSERT" + scaled,
-        "repeat": "SIMPLE again over loaded rows",
-    }
+    labels = {"simple": "SIMPLE (validate + replace + binary COPY)",
+              "copy": "minimal script (COPY, text)", "binary": "minimal script (COPY, binary)",
+              "insert": "row-by-row INSERT" + scaled, "many": "executemany INSERT" + scaled,
+              "repeat": "SIMPLE again over loaded rows"}
     for key, label in labels.items():
-        print(
-            f"{label:44}{medians[key]:>9.2f}{rows / medians[key]:>12,.0f}   "
-            + ", ".join(f"{t:.2f}" for t in times[key])
-        )
+        print(f"{label:44}{medians[key]:>9.2f}{rows / medians[key]:>12,.0f}   "
+              + ", ".join(f"{t:.2f}" for t in times[key]))
     # Against the faster of the two minimal scripts, whichever it was.
     over_copy = medians["simple"] / min(medians["copy"], medians["binary"])
     under_insert = medians["insert"] / medians["simple"]
-    print(
-        f"{'SIMPLE / fastest minimal COPY':44}{over_copy:>9.2f}x   target <= 1.5x   "
-        f"{'ok' if over_copy <= 1.5 else 'MISSED'}"
-    )
-    print(
-        f"{'row-by-row INSERT / SIMPLE':44}{under_insert:>9.1f}x   target >= 10x    "
-        f"{'ok' if under_insert >= 10 else 'MISSED'}"
-    )
-    print(
-        f"{'executemany INSERT / SIMPLE':44}{medians['many'] / medians['simple']:>9.1f}x   "
-        "(for reference)"
-    )
-    print(
-        f"*{args.insert_snapshots}: measured on {args.insert_snapshots} of {args.snapshots} "
-        f"snapshots, scaled to {args.snapshots}. Idempotent: {runs_loaded} run rows and "
-        f"{rows:,} step rows after loading every snapshot twice"
-    )
+    print(f"{'SIMPLE / fastest minimal COPY':44}{over_copy:>9.2f}x   target <= 1.5x   "
+          f"{'ok' if over_copy <= 1.5 else 'MISSED'}")
+    print(f"{'row-by-row INSERT / SIMPLE':44}{under_insert:>9.1f}x   target >= 10x    "
+          f"{'ok' if under_insert >= 10 else 'MISSED'}")
+    print(f"{'executemany INSERT / SIMPLE':44}{medians['many'] / medians['simple']:>9.1f}x   "
+          "(for reference)")
+    print(f"*{args.insert_snapshots}: measured on {args.insert_snapshots} of {args.snapshots} "
+          f"snapshots, scaled to {args.snapshots}. Idempotent: {runs_loaded} run rows and "
+          f"{rows:,} step rows after loading every snapshot twice")
 
 
 if __name__ == "__main__":

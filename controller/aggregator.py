@@ -129,14 +129,8 @@ def _read_private_copy(path: str, cpu_s: float) -> SnapshotRows:
 
 def _present_tables(conn: sqlite3.Connection) -> list[str]:
     """The contract tables in the file (the optional ones may be absent)."""
-    return [
-        t
-        for t in SNAPSHOT_TABLES
-        if t not in OPTIONAL_SNAPSHOT_TABLES
-        or conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (t,)
-        ).fetchone()
-    ]
+    return [t for t in SNAPSHOT_TABLES if t not in OPTIONAL_SNAPSHOT_TABLES or conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (t,)).fetchone()]
 
 
 def _check_tables(conn: sqlite3.Connection) -> None:

@@ -42,44 +42,31 @@ class WorkItem:
 def check_items(raw: Sequence[Any], where: str) -> tuple[WorkItem, ...]:
     """Validate a list of {"item_id", "data"}; InputError names the entry and what to fix."""
     if len(raw) > MAX_RUN_ITEMS:
-        raise InputError(
-            f"{where}: {len(raw)} items, over the {MAX_RUN_ITEMS} allowed per run",
-            hint="split the list over several runs",
-            field="items",
-        )
+        raise InputError(f"{where}: {len(raw)} items, over the {MAX_RUN_ITEMS} allowed per run",
+                         hint="split the list over several runs", field="items")
     items: list[WorkItem] = []
     seen: set[str] = set()
     total = 0
     for index, entry in enumerate(raw):
         label = f"{where}: item {index + 1}"
         if not isinstance(entry, dict) or set(entry) - {"item_id", "data"}:
-            raise InputError(
-                f"{label} must be an object with `item_id` and `data` only", field="items"
-            )
+            raise InputError(f"{label} must be an object with `item_id` and `data` only",
+                             field="items")
         item_id = entry.get("item_id")
         if not isinstance(item_id, str) or not ITEM_ID.match(item_id):
-            raise InputError(
-                f"{label}: item_id {item_id!r:.60} must be 1-200 characters of "
-                "letters, digits and _.:/@+=-",
-                field="items",
-            )
+            raise InputError(f"{label}: item_id {item_id!r:.60} must be 1-200 characters of "
+                             "letters, digits and _.:/@+=-", field="items")
         if item_id in seen:
             raise InputError(f"{label}: item_id {item_id!r} repeats", field="items")
         seen.add(item_id)
         size = len(json.dumps(entry.get("data")))
         if size > MAX_ITEM_DATA_BYTES:
-            raise InputError(
-                f"{label} ({item_id}): data is {size} bytes, over the "
-                f"{MAX_ITEM_DATA_BYTES} allowed",
-                field="items",
-            )
+            raise InputError(f"{label} ({item_id}): data is {size} bytes, over the "
+                             f"{MAX_ITEM_DATA_BYTES} allowed", field="items")
         total += size
         if total > MAX_RUN_ITEMS_BYTES:
-            raise InputError(
-                f"{where}: items are over {MAX_RUN_ITEMS_BYTES} bytes in all",
-                hint="split the list over several runs",
-                field="items",
-            )
+            raise InputError(f"{where}: items are over {MAX_RUN_ITEMS_BYTES} bytes in all",
+                             hint="split the list over several runs", field="items")
         items.append(WorkItem(item_id, entry.get("data")))
     return tuple(items)
 
@@ -99,11 +86,9 @@ def read_items_file(path: Path) -> tuple[WorkItem, ...]:
             try:
                 entries.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise InputError(
-                    f"{path}: line {number} is not JSON: {e.msg}",
-                    hint='one {"item_id": ..., "data": ...} per line',
-                    field="items",
-                ) from e
+                raise InputError(f"{path}: line {number} is not JSON: {e.msg}",
+                                 hint='one {"item_id": ..., "data": ...} per line',
+                                 field="items") from e
     return check_items(entries, str(path))
 
 
@@ -111,11 +96,10 @@ def check_batch_size(value: int | None) -> int:
     """The batch size to use; InputError when out of range."""
     if value is None:
         return DEFAULT_BATCH_SIZE
-    if isinstance(value, bool) or not isinstance(value, int) or not (1 <= value <= MAX_BATCH_SIZE):
-        raise InputError(
-            f"batch_size must be an integer from 1 to {MAX_BATCH_SIZE}, got {value!r}",
-            field="batch_size",
-        )
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+            1 <= value <= MAX_BATCH_SIZE):
+        raise InputError(f"batch_size must be an integer from 1 to {MAX_BATCH_SIZE}, got "
+                         f"{value!r}", field="batch_size")
     return value
 
 
@@ -128,7 +112,7 @@ def split(items: Sequence[WorkItem], batch_size: int) -> list[tuple[WorkItem, ..
     batches, start = [], 0
     for index in range(count):
         size = base + (1 if index < extra else 0)
-        batches.append(tuple(items[start : start + size]))
+        batches.append(tuple(items[start:start + size]))
         start += size
     return batches
 

@@ -86,15 +86,13 @@ class TemplateModel(BaseModel):
     command: list[str] | None = None
     config: dict[str, Any] = Field(default_factory=dict)
     items: list[Any] | None = Field(
-        None, description='Batch template: a list of {"item_id", "data"}'
-    )
+        None, description='Batch template: a list of {"item_id", "data"}')
     items_file: str | None = Field(
-        None, description="Batch template: a JSON Lines file of items beside the catalog file"
-    )
+        None, description="Batch template: a JSON Lines file of items beside the catalog file")
     batch_size: int | None = Field(
-        None, ge=1, le=MAX_BATCH_SIZE, strict=True, description="Items per sandbox at most"
-    )
-    entrypoint: str | None = Field(None, description="module:function called with each item's data")
+        None, ge=1, le=MAX_BATCH_SIZE, strict=True, description="Items per sandbox at most")
+    entrypoint: str | None = Field(
+        None, description="module:function called with each item's data")
 
     @field_validator("entrypoint")
     @classmethod
@@ -268,33 +266,27 @@ def _load_file(path: Path) -> tuple[list[Template], dict[str, list[str]]]:
 def _template_items(model: TemplateModel, path: Path) -> tuple[WorkItem, ...]:
     where = f"{path}: template {model.id!r}"
     if model.items is not None and model.items_file is not None:
-        raise CatalogError(
-            f"{where}: fields 'items' and 'items_file' exclude each other",
-            hint="keep one of them",
-            field="items",
-        )
+        raise CatalogError(f"{where}: fields 'items' and 'items_file' exclude each other",
+                           hint="keep one of them", field="items")
     try:
         if model.items is not None:
             return check_items(model.items, where)
         if model.items_file is not None:
             file = (path.parent / model.items_file).resolve()
             if not file.is_relative_to(path.parent.resolve()):
-                raise CatalogError(
-                    f"{where}: field 'items_file': {model.items_file!r} is "
-                    "outside the catalog directory",
-                    field="items_file",
-                )
+                raise CatalogError(f"{where}: field 'items_file': {model.items_file!r} is "
+                                   "outside the catalog directory", field="items_file")
             return read_items_file(file)
     except CatalogError:
         raise
     except InputError as e:
-        raise CatalogError(
-            f"{where}: field 'items': {e.message}", hint=e.hint, field="items"
-        ) from e
+        raise CatalogError(f"{where}: field 'items': {e.message}", hint=e.hint,
+                           field="items") from e
     return ()
 
 
-def _to_template(model: TemplateModel, source: str, items: tuple[WorkItem, ...] = ()) -> Template:
+def _to_template(model: TemplateModel, source: str, items: tuple[WorkItem, ...] = ()
+                 ) -> Template:
     return Template(
         id=model.id,
         category=model.category,

@@ -85,7 +85,8 @@ class EventWriter:
                     f"the controller's event queue is full ({self._queued_events} events "
                     f"waiting, at most {self.max_queued_events}); nothing of this batch "
                     "was stored",
-                    hint=f"send the same events again after {self.retry_after_s} s (Retry-After)",
+                    hint=f"send the same events again after {self.retry_after_s} s "
+                    "(Retry-After)",
                     retry_after_s=self.retry_after_s,
                 )
             self._queued_events += size

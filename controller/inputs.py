@@ -49,9 +49,8 @@ class Inputs:
     note: str | None = None
 
 
-def find_checkpoint(
-    store: ObjectStore, settings: Settings, run_id: str, sandbox_id: str, attempt: int
-) -> tuple[Checkpoint | None, list[str]]:
+def find_checkpoint(store: ObjectStore, settings: Settings, run_id: str, sandbox_id: str,
+                    attempt: int) -> tuple[Checkpoint | None, list[str]]:
     """The newest valid checkpoint of attempts before `attempt`, and why others were not."""
     reasons: list[str] = []
     for earlier in range(attempt - 1, 0, -1):
@@ -61,9 +60,8 @@ def find_checkpoint(
             if data is None:
                 reasons.append(f"attempt {earlier} left no checkpoint")
                 continue
-            checkpoint = _checked(
-                read_snapshot(data, settings.snapshot_max_bytes), sandbox_id, earlier, data
-            )
+            checkpoint = _checked(read_snapshot(data, settings.snapshot_max_bytes), sandbox_id,
+                                  earlier, data)
         except SnapshotRejected as e:
             reasons.append(f"checkpoint of attempt {earlier} rejected: {e.message}")
             continue
@@ -86,18 +84,12 @@ def _checked(rows: SnapshotRows, sandbox_id: str, attempt: int, data: bytes) -> 
     steps = sorted(s[1] for s in rows.steps if s[0] == sandbox_id)
     if steps != list(range(1, len(steps) + 1)):
         raise SnapshotRejected("its steps are not exactly 1..k")
-    return Checkpoint(
-        attempt,
-        len(steps),
-        float(runs[0]["cost_usd"] or 0),
-        frozenset(str(i[0]) for i in rows.items),
-        data,
-    )
+    return Checkpoint(attempt, len(steps), float(runs[0]["cost_usd"] or 0),
+                      frozenset(str(i[0]) for i in rows.items), data)
 
 
-def prepare_inputs(
-    store: ObjectStore, settings: Settings, row: Any, attempt: int, token_hash: str
-) -> Inputs:
+def prepare_inputs(store: ObjectStore, settings: Settings, row: Any, attempt: int,
+                   token_hash: str) -> Inputs:
     """Write the attempt's inputs to the store and make their URLs; raises StoreError."""
     checkpoint: Checkpoint | None = None
     reasons: list[str] = []
@@ -111,13 +103,8 @@ def prepare_inputs(
     if checkpoint is not None:
         store.put(resume_key(row.run_id, row.id, attempt), checkpoint.data)
         resume_url = _url(store, settings, row, attempt, token_hash, "resume")
-        logger.info(
-            "sandbox %s attempt %d resumes after step %d of attempt %d",
-            row.id,
-            attempt,
-            checkpoint.step,
-            checkpoint.attempt,
-        )
+        logger.info("sandbox %s attempt %d resumes after step %d of attempt %d", row.id,
+                    attempt, checkpoint.step, checkpoint.attempt)
     items_url = None
     if row.spec.get("items"):
         _write_items(store, row, attempt, checkpoint)
@@ -125,19 +112,16 @@ def prepare_inputs(
     return Inputs(items_url, resume_url, checkpoint, note)
 
 
-def _write_items(store: ObjectStore, row: Any, attempt: int, checkpoint: Checkpoint | None) -> None:
+def _write_items(store: ObjectStore, row: Any, attempt: int,
+                 checkpoint: Checkpoint | None) -> None:
     """The attempt's items file: all items less those the checkpoint has a result for."""
     everything = store.get(items_key(row.run_id, row.id))
     if everything is None:
-        raise StoreError(
-            f"the items of sandbox {row.id} are missing from the store", transient=False
-        )
+        raise StoreError(f"the items of sandbox {row.id} are missing from the store",
+                         transient=False)
     done = checkpoint.item_ids if checkpoint else frozenset()
-    lines = [
-        line
-        for line in everything.splitlines(keepends=True)
-        if not done or _item_id(line) not in done
-    ]
+    lines = [line for line in everything.splitlines(keepends=True)
+             if not done or _item_id(line) not in done]
     store.put(items_key(row.run_id, row.id, attempt), b"".join(lines))
 
 
@@ -152,15 +136,12 @@ def input_key(row: Any, attempt: int, kind: str) -> str:
     return resume_key(row.run_id, row.id, attempt)
 
 
-def _url(
-    store: ObjectStore, settings: Settings, row: Any, attempt: int, token_hash: str, kind: str
-) -> str:
+def _url(store: ObjectStore, settings: Settings, row: Any, attempt: int, token_hash: str,
+         kind: str) -> str:
     key = input_key(row, attempt, kind)
     presigned = store.presigned_get_url(key, row.spec["timeout_s"] + INPUT_URL_SLACK_S)
     if presigned:
         return presigned
     signature = input_signature(token_hash, row.id, attempt, kind)
-    return (
-        f"{settings.resolved_controller_url}/v1/sandboxes/{row.id}/inputs/{kind}"
-        f"?attempt={attempt}&signature={signature}"
-    )
+    return (f"{settings.resolved_controller_url}/v1/sandboxes/{row.id}/inputs/{kind}"
+            f"?attempt={attempt}&signature={signature}")

@@ -32,12 +32,8 @@ EMPTY = {"total": 0, "passed": 0, "failed": 0, "errored": 0}
 def item_counts(conn: Connection, run_id: str) -> dict[str, dict[str, int]]:
     """{sandbox_id: {"total", "passed", "failed", "errored"}} for the run's batch sandboxes."""
     return {
-        r[0]: {
-            "total": int(r[1]),
-            "passed": int(r[2] or 0),
-            "failed": int(r[3] or 0),
-            "errored": int(r[4] or 0),
-        }
+        r[0]: {"total": int(r[1]), "passed": int(r[2] or 0), "failed": int(r[3] or 0),
+               "errored": int(r[4] or 0)}
         for r in conn.execute(text(_COUNTS_SQL), {"run_id": run_id})
     }
 
@@ -59,15 +55,9 @@ def outcome(row: dict[str, Any]) -> str:
     return "errored" if row["status"] == "failed" else "skipped"
 
 
-def list_items(
-    engine: Engine,
-    run_id: str,
-    *,
-    limit: int = 100,
-    after: tuple[str, str] | None = None,
-    sandbox_id: str | None = None,
-    outcome_filter: str | None = None,
-) -> list[dict[str, Any]]:
+def list_items(engine: Engine, run_id: str, *, limit: int = 100,
+               after: tuple[str, str] | None = None, sandbox_id: str | None = None,
+               outcome_filter: str | None = None) -> list[dict[str, Any]]:
     """One page of the run's item rows, by (sandbox_id, item_id), after a cursor."""
     t = result_items
     query = select(t).where(t.c.run_id == run_id)
@@ -82,9 +72,8 @@ def list_items(
     elif outcome_filter == "skipped":
         query = query.where(t.c.status == "skipped")
     if after is not None:
-        query = query.where(
-            or_(t.c.sandbox_id > after[0], and_(t.c.sandbox_id == after[0], t.c.item_id > after[1]))
-        )
+        query = query.where(or_(t.c.sandbox_id > after[0],
+                                and_(t.c.sandbox_id == after[0], t.c.item_id > after[1])))
     query = query.order_by(t.c.sandbox_id, t.c.item_id).limit(min(limit, MAX_PAGE))
     with engine.connect() as conn:
         return [public_item(r._asdict()) for r in conn.execute(query)]

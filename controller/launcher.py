@@ -118,22 +118,17 @@ class Launcher:
             conn.execute(
                 update(attempts)
                 .where(attempts.c.sandbox_id == row.id, attempts.c.attempt == row.attempt)
-                .values(
-                    resumed_from_step=checkpoint.step if checkpoint else None,
-                    resume_note=inputs.note,
-                )
+                .values(resumed_from_step=checkpoint.step if checkpoint else None,
+                        resume_note=inputs.note)
             )
             if checkpoint is not None:  # the resumed attempt reports the restored cost again
                 conn.execute(
                     update(sandboxes)
                     .where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt)
-                    .values(
-                        prior_cost_usd=func.max(
-                            sandboxes.c.prior_cost_usd - checkpoint.cost_usd, 0.0
-                        )
-                        if conn.dialect.name == "sqlite"
-                        else func.greatest(sandboxes.c.prior_cost_usd - checkpoint.cost_usd, 0.0)
-                    )
+                    .values(prior_cost_usd=func.max(
+                        sandboxes.c.prior_cost_usd - checkpoint.cost_usd, 0.0)
+                        if conn.dialect.name == "sqlite" else func.greatest(
+                        sandboxes.c.prior_cost_usd - checkpoint.cost_usd, 0.0))
                 )
         env = replace(spec.env, items_url=inputs.items_url, resume_url=inputs.resume_url)
         return replace(spec, env=env)

@@ -105,13 +105,9 @@ class BatchPlan:
     sizes: tuple[int, ...]  # items per sandbox, in launch order
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "template_id": self.template_id,
-            "items": sum(self.sizes),
-            "batch_size": self.batch_size,
-            "sandboxes": len(self.sizes),
-            "items_per_sandbox": [min(self.sizes), max(self.sizes)],
-        }
+        return {"template_id": self.template_id, "items": sum(self.sizes),
+                "batch_size": self.batch_size, "sandboxes": len(self.sizes),
+                "items_per_sandbox": [min(self.sizes), max(self.sizes)]}
 
 
 def with_items(catalog: Catalog, request: PlanRequest, template_id: str) -> Template:
@@ -120,11 +116,8 @@ def with_items(catalog: Catalog, request: PlanRequest, template_id: str) -> Temp
     items = template.items if request.items is None else request.items
     if not items:
         return template
-    return replace(
-        template,
-        items=items,
-        batch_size=check_batch_size(request.batch_size or template.batch_size),
-    )
+    return replace(template, items=items,
+                   batch_size=check_batch_size(request.batch_size or template.batch_size))
 
 
 def item_batches(template: Template) -> list[tuple[WorkItem, ...]]:
@@ -135,18 +128,13 @@ def item_batches(template: Template) -> list[tuple[WorkItem, ...]]:
 def _batch_plans(templates: list[Template]) -> tuple[BatchPlan, ...]:
     return tuple(
         BatchPlan(t.id, check_batch_size(t.batch_size), tuple(len(b) for b in item_batches(t)))
-        for t in templates
-        if t.items
-    )
+        for t in templates if t.items)
 
 
 def _per_sandbox(templates: list[Template], index: int) -> list[float]:
     """Runtime estimates per sandbox, launch order; a batch's scale with its items."""
-    return [
-        t.runtime_s[index] * (len(batch) if t.items else 1)
-        for t in templates
-        for batch in (item_batches(t) if t.items else [()])
-    ]
+    return [t.runtime_s[index] * (len(batch) if t.items else 1)
+            for t in templates for batch in (item_batches(t) if t.items else [()])]
 
 
 def _scaled(template: Template) -> Template:
@@ -159,11 +147,8 @@ def _scaled(template: Template) -> Template:
 
 def _check_items_request(wanted: list[str], request: PlanRequest) -> None:
     if request.items is not None and len(wanted) != 1:
-        raise InputError(
-            f"items were given for {len(wanted)} templates; name exactly one",
-            hint="e.g. `simplectl run TEMPLATE --items FILE`",
-            field="items",
-        )
+        raise InputError(f"items were given for {len(wanted)} templates; name exactly one",
+                         hint="e.g. `simplectl run TEMPLATE --items FILE`", field="items")
 
 
 def plan(catalog: Catalog, request: PlanRequest) -> Plan:
@@ -330,9 +315,8 @@ def _parallelism(selected: list[Template], request: PlanRequest) -> tuple[int, i
     elif request.priority is Priority.COST:
         chosen, expensive = min(count, COST_PRIORITY_PARALLEL), None
     else:
-        cheap = sum(
-            len(item_batches(t)) if t.items else 1 for t in selected if not _is_expensive(t)
-        )
+        cheap = sum(len(item_batches(t)) if t.items else 1
+                    for t in selected if not _is_expensive(t))
         chosen, expensive = min(max(cheap, 1), MAX_WORKERS), 1
     if request.max_parallel is not None:  # an explicit choice wins over the priority's
         chosen = min(count, request.max_parallel)

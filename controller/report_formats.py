@@ -80,18 +80,13 @@ def report_junit(report: dict[str, Any], items: list[dict[str, Any]] | None = No
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _item_case(
-    suite: ET.Element, run_id: str, sandbox: dict[str, Any], item: dict[str, Any]
-) -> None:
-    case = ET.SubElement(
-        suite,
-        "testcase",
-        {
-            "classname": f"simple.{run_id}.{sandbox['template_id']}",
-            "name": _clean(item["item_id"]),
-            "time": f"{(item['duration_ms'] or 0) / 1000:.3f}",
-        },
-    )
+def _item_case(suite: ET.Element, run_id: str, sandbox: dict[str, Any],
+               item: dict[str, Any]) -> None:
+    case = ET.SubElement(suite, "testcase", {
+        "classname": f"simple.{run_id}.{sandbox['template_id']}",
+        "name": _clean(item["item_id"]),
+        "time": f"{(item['duration_ms'] or 0) / 1000:.3f}",
+    })
     props = ET.SubElement(case, "properties")
     ET.SubElement(props, "property", {"name": "sandbox_id", "value": sandbox["sandbox_id"]})
     if item["outcome"] == "failed":
@@ -104,7 +99,8 @@ def _item_case(
         ET.SubElement(case, "skipped", {"message": "not run"})
 
 
-def report_markdown(report: dict[str, Any], problems: list[dict[str, Any]] | None = None) -> str:
+def report_markdown(report: dict[str, Any], problems: list[dict[str, Any]] | None = None
+                    ) -> str:
     """A summary table; with items, their counts and the failed and errored ones."""
     totals = report["totals"]
     icon = {"succeeded": "✅", "skipped": "⏭️"}
@@ -121,10 +117,8 @@ def report_markdown(report: dict[str, Any], problems: list[dict[str, Any]] | Non
     ]
     items = totals.get("items") or {}
     if items.get("total"):
-        lines[2] += (
-            f"; items: {items['passed']}/{items['total']} passed, "
-            f"{items['failed']} failed, {items['errored']} errored"
-        )
+        lines[2] += (f"; items: {items['passed']}/{items['total']} passed, "
+                     f"{items['failed']} failed, {items['errored']} errored")
     for s in report["sandboxes"]:
         error = _cell(s["error"] or "")
         lines.append(
@@ -134,16 +128,10 @@ def report_markdown(report: dict[str, Any], problems: list[dict[str, Any]] | Non
             f"{s['cost_usd'] if s['cost_usd'] is not None else ''} | {error} |"
         )
     if problems:
-        lines += [
-            "",
-            "| item | template | outcome | reason or error |",
-            "| --- | --- | --- | --- |",
-        ]
-        lines += [
-            f"| {_cell(p['item_id'])} | {p['template_id']} | {p['outcome']} | "
-            f"{_cell(p['reason'] or p['error'] or '')} |"
-            for p in problems
-        ]
+        lines += ["", "| item | template | outcome | reason or error |",
+                  "| --- | --- | --- | --- |"]
+        lines += [f"| {_cell(p['item_id'])} | {p['template_id']} | {p['outcome']} | "
+                  f"{_cell(p['reason'] or p['error'] or '')} |" for p in problems]
     return "\n".join(lines) + "\n"
 
 

@@ -37,7 +37,8 @@ def new_run_id() -> str:
     return "run-" + secrets.token_hex(4)
 
 
-def sandbox_id_for(run_id: str, template_id: str, position: int, batch: int | None = None) -> str:
+def sandbox_id_for(run_id: str, template_id: str, position: int, batch: int | None = None
+                   ) -> str:
     """`<run hex>-<template with dashes>[-b<batch>]`, at most 63 characters, unique in the run."""
     slug = re.sub(r"[^a-z0-9-]", "-", template_id.lower()).strip("-")
     if batch is not None:
@@ -150,9 +151,8 @@ def _without_items(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "items": {"count": len(body["items"]), "sha256": digest}}
 
 
-def _store_items(
-    store: ObjectStore | None, run_id: str, rows: list[tuple[dict[str, Any], tuple[WorkItem, ...]]]
-) -> None:
+def _store_items(store: ObjectStore | None, run_id: str,
+                 rows: list[tuple[dict[str, Any], tuple[WorkItem, ...]]]) -> None:
     """Each batch sandbox's items file, written before its row exists."""
     for row, items in rows:
         if not items:
@@ -163,11 +163,7 @@ def _store_items(
 
 
 def _sandbox_rows(
-    run_id: str,
-    the_plan: Plan,
-    catalog: Catalog,
-    request: PlanRequest,
-    default_image: str,
+    run_id: str, the_plan: Plan, catalog: Catalog, request: PlanRequest, default_image: str,
     seed: int,
 ) -> list[tuple[dict[str, Any], tuple[WorkItem, ...]]]:
     """The sandbox rows in launch order (a batch template has one per batch), with items."""
@@ -184,33 +180,24 @@ def _sandbox_rows(
         spec = sandbox_spec(template, seed, default_image)
         sandbox_id = sandbox_id_for(run_id, template.id, position, batch)
         if batch is not None:
-            spec["items"] = {
-                "key": items_key(run_id, sandbox_id),
-                "count": len(items),
-                "batch": batch,
-            }
-        rows.append(
-            (
-                {
-                    "id": sandbox_id,
-                    "run_id": run_id,
-                    "template_id": template.id,
-                    "position": position,
-                    "status": SandboxStatus.PENDING,
-                    "spec": spec,
-                    "attempt": 0,
-                    "last_seq": 0,
-                    "cost_usd": 0.0,
-                    "prior_cost_usd": 0.0,
-                    "tokens": 0,
-                    "aggregated": False,
-                    "expensive": (template.cost_usd[1] * len(items) >= EXPENSIVE_USD)
-                    if batch
-                    else template.id in expensive,
-                },
-                items,
-            )
-        )
+            spec["items"] = {"key": items_key(run_id, sandbox_id), "count": len(items),
+                             "batch": batch}
+        rows.append(({
+            "id": sandbox_id,
+            "run_id": run_id,
+            "template_id": template.id,
+            "position": position,
+            "status": SandboxStatus.PENDING,
+            "spec": spec,
+            "attempt": 0,
+            "last_seq": 0,
+            "cost_usd": 0.0,
+            "prior_cost_usd": 0.0,
+            "tokens": 0,
+            "aggregated": False,
+            "expensive": (template.cost_usd[1] * len(items) >= EXPENSIVE_USD) if batch
+            else template.id in expensive,
+        }, items))
     return rows
 
 
@@ -286,11 +273,8 @@ def get_sandbox(engine: Engine, sandbox_id: str) -> dict[str, Any]:
         if row is None:
             raise NotFoundError(f"unknown sandbox {sandbox_id}", hint="see `simplectl status RUN`")
         history = attempt_rows(conn, sandbox_id)
-    return {
-        **public_sandbox(row._asdict()),
-        "attempt_history": history,
-        "resume_note": history[-1].get("resume_note") if history else None,
-    }
+    return {**public_sandbox(row._asdict()), "attempt_history": history,
+            "resume_note": history[-1].get("resume_note") if history else None}
 
 
 def public_run(row: dict[str, Any]) -> dict[str, Any]:

@@ -34,9 +34,8 @@ def input_signature(token_hash: str, sandbox_id: str, attempt: int, kind: str) -
     return hmac.new(token_hash.encode(), message, hashlib.sha256).hexdigest()
 
 
-def input_signature_matches(
-    signature: str, token_hash: str | None, sandbox_id: str, attempt: int, kind: str
-) -> bool:
+def input_signature_matches(signature: str, token_hash: str | None, sandbox_id: str,
+                            attempt: int, kind: str) -> bool:
     if token_hash is None:
         return False
     expected = input_signature(token_hash, sandbox_id, attempt, kind)

@@ -44,7 +44,9 @@ class SandboxOnlyAddresses:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket") and self._sandbox_side(scope):
-            allowed = scope["type"] == "http" and is_sandbox_route(scope["method"], scope["path"])
+            allowed = scope["type"] == "http" and is_sandbox_route(
+                scope["method"], scope["path"]
+            )
             if not allowed:
                 await self._refuse(scope, send)
                 return

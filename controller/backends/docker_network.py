@@ -41,7 +41,9 @@ IMAGE_HINT = "build the SIMPLE images with `make images` (see docs/docker.md), o
 def wants_default_network(settings: Settings) -> bool:
     """Docker backend, no network and no controller URL chosen: SIMPLE sets up the way."""
     return (
-        settings.backend == "docker" and not settings.docker_network and not settings.controller_url
+        settings.backend == "docker"
+        and not settings.docker_network
+        and not settings.controller_url
     )
 
 

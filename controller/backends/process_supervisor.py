@@ -29,7 +29,6 @@ def rss_bytes(pid: int) -> int:
 
 def write_record(path: str, fields: dict[str, object]) -> None:
     """A flat JSON object of numbers, booleans and nulls, written atomically."""
-
     def encode(value: object) -> str:
         if value is None:
             return "null"

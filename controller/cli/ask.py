@@ -46,9 +46,8 @@ def ask(
     """Ask the principal once: plan, run, or a question about runs."""
     message = " ".join(words).strip()
     with errors_to_exit(), _session(server, token, catalog) as (client, embedded):
-        reply = client.post(
-            "/v1/chat", json={"message": message, "confirm": yes, "conversation_id": conversation}
-        )
+        reply = client.post("/v1/chat", json={
+            "message": message, "confirm": yes, "conversation_id": conversation})
         _show(reply, as_json)
         if embedded and reply.get("kind") == "started":
             _follow(client, reply["run"]["run_id"])
@@ -56,11 +55,8 @@ def ask(
         raise typer.Exit(int(Exit.FAILED))
     if reply.get("needs_confirmation") and not as_json:
         # An embedded controller's conversations end with the command: only --yes helps.
-        later = (
-            ""
-            if embedded
-            else (f"answer `simplectl ask --conversation {reply['conversation_id']} yes`, or ")
-        )
+        later = "" if embedded else (
+            f"answer `simplectl ask --conversation {reply['conversation_id']} yes`, or ")
         err.print(f"(nothing was done: {later}ask again with --yes)")
 
 
@@ -71,7 +67,8 @@ def chat(server: Server = None, token: Token = None, catalog: Catalogs = None) -
     with errors_to_exit(), _session(server, token, catalog) as (client, embedded):
         err.print("Ask me to plan or run templates, or about runs. Empty line to quit.")
         for line in _lines():
-            reply = client.post("/v1/chat", json={"message": line, "conversation_id": conversation})
+            reply = client.post("/v1/chat", json={"message": line,
+                                                  "conversation_id": conversation})
             conversation = reply["conversation_id"]
             _show(reply, as_json=False)
             if reply.get("kind") == "started":
@@ -100,10 +97,9 @@ def _session(
         return
     from controller.cli.embedded import EmbeddedServer
 
-    with (
-        EmbeddedServer(cli_settings(catalog)) as embedded,
-        api_client(embedded.url, None) as client,
-    ):
+    with EmbeddedServer(cli_settings(catalog)) as embedded, api_client(
+        embedded.url, None
+    ) as client:
         yield client, True
 
 

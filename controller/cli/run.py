@@ -180,7 +180,9 @@ def _check_images(embedded: EmbeddedServer, body: dict[str, Any]) -> None:
     catalog = embedded.controller.catalog
     the_plan = plan(catalog, RunCreate.model_validate(body).plan_request())
     default = embedded.settings.default_image
-    require_images(connect(), (catalog.templates[t].image or default for t in the_plan.selected))
+    require_images(
+        connect(), (catalog.templates[t].image or default for t in the_plan.selected)
+    )
 
 
 def _start(client: ApiClient, body: dict[str, Any], key: str | None) -> str:
@@ -236,16 +238,8 @@ def _finish(
 def _print_report(report: dict[str, Any]) -> None:
     out = Console()
     table = Table(title=f"run {report['run_id']}: {report['status']}")
-    for column in (
-        "template",
-        "status",
-        "attempts",
-        "exit",
-        "duration s",
-        "cost $",
-        "items",
-        "error",
-    ):
+    for column in ("template", "status", "attempts", "exit", "duration s", "cost $", "items",
+                   "error"):
         table.add_column(column)
     for s in report["sandboxes"]:
         counts = s.get("items") or {}
@@ -257,9 +251,7 @@ def _print_report(report: dict[str, Any]) -> None:
             "" if s["duration_s"] is None else f"{s['duration_s']:.1f}",
             "" if s["cost_usd"] is None else f"{s['cost_usd']:.2f}",
             f"{counts['passed']}/{counts['total']} passed, {counts['failed']} failed, "
-            f"{counts['errored']} errored"
-            if counts.get("total")
-            else "",
+            f"{counts['errored']} errored" if counts.get("total") else "",
             s["error"] or "",
         )
     out.print(table)
@@ -291,3 +283,4 @@ def plan(
         body = run_body(names or [], budget, priority, parallel, query, 0)
         body.update(items_body(items, batch_size))
         print(json.dumps(client.post("/v1/plans", json=body), indent=2))
+

@@ -49,9 +49,8 @@ def create_principal(controller: Controller) -> Principal:
     settings = controller.settings
     if not settings.llm_base_url:
         return Principal(controller)
-    client = LLMClient(
-        settings.llm_base_url, settings.llm_model, settings.llm_api_key, settings.llm_timeout_s
-    )
+    client = LLMClient(settings.llm_base_url, settings.llm_model, settings.llm_api_key,
+                       settings.llm_timeout_s)
     return AssistedPrincipal(controller, client)
 
 
@@ -88,11 +87,8 @@ class AssistedPrincipal(Principal):
         except (SimpleError, ValidationError) as e:
             reason = e.message if isinstance(e, SimpleError) else _first_error(e)
             logger.info("refused the model's %s proposal: %s", call.name, reason)
-            return {
-                "kind": "refused",
-                "source": "llm",
-                "text": f"I will not do what the model proposed ({call.name}): {reason}",
-            }
+            return {"kind": "refused", "source": "llm",
+                    "text": f"I will not do what the model proposed ({call.name}): {reason}"}
         if completion.content.strip():
             reply["text"] = completion.content.strip() + "\n\n" + reply["text"]
         reply["source"] = "llm"
@@ -116,11 +112,8 @@ class AssistedPrincipal(Principal):
                 hint="say a larger budget yourself if you want one",
             )
         request = PlanRequest(
-            suites=tuple(args.suites),
-            templates=tuple(args.templates),
-            query=args.query,
-            budget_usd=args.budget_usd,
-            priority=args.priority or Priority.BALANCED,
+            suites=tuple(args.suites), templates=tuple(args.templates), query=args.query,
+            budget_usd=args.budget_usd, priority=args.priority or Priority.BALANCED,
             max_parallel=args.max_parallel,
         )
         return self.propose(conversation, request, call.name == "start", confirm, text, limit)

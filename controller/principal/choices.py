@@ -72,9 +72,8 @@ def make_choices(
 def menu_choices(catalog: Catalog, budget: float | None) -> list[Choice]:
     """Nothing named: the usual suites (those that fit a budget, when there is one)."""
     names = [s for s in MENU if s in catalog.suites]
-    names += sorted(
-        (s for s in catalog.suites if s not in names), key=lambda s: len(catalog.suites[s])
-    )
+    names += sorted((s for s in catalog.suites if s not in names), key=lambda s: len(
+        catalog.suites[s]))
     options = [(f"the {s} suite", (s,), ()) for s in names]
     choices = make_choices(catalog, options[: MAX_CHOICES * 3])
     if budget is not None:

@@ -35,10 +35,8 @@ logger = logging.getLogger(__name__)
 MAX_HISTORY = 40  # turns kept per conversation (for the LLM's context)
 MAX_SEEN = 500  # notice keys remembered per conversation
 MAX_RUNS = 20  # runs a conversation follows for notices
-_YES = re.compile(
-    r"^\s*(?:y|yes|yep|yeah|ok|okay|sure|proceed|confirm|go ahead|do it|start it"
-    r"|go)\s*[.!]*\s*$"
-)
+_YES = re.compile(r"^\s*(?:y|yes|yep|yeah|ok|okay|sure|proceed|confirm|go ahead|do it|start it"
+                  r"|go)\s*[.!]*\s*$")
 _NO = re.compile(r"^\s*(?:n|no|nope|cancel that|never ?mind|abort|don't|do not)\s*[.!]*\s*$")
 _PICK = re.compile(r"^\s*(?:option\s+)?\(?([a-f])\)?\s*[.!]?\s*(?:please)?\s*$")
 
@@ -72,7 +70,7 @@ class Conversation:
 
     def follow(self, run_id: str | None) -> None:
         if run_id:
-            self.runs = [*[r for r in self.runs if r != run_id][-(MAX_RUNS - 1) :], run_id]
+            self.runs = [*[r for r in self.runs if r != run_id][-(MAX_RUNS - 1):], run_id]
 
 
 class Conversations:
@@ -175,8 +173,7 @@ class Principal:
             lead = _choice_lead(reading.not_understood)
             return {
                 "kind": "choices",
-                "text": lead
-                + "\n".join(c.line() for c in reading.choices)
+                "text": lead + "\n".join(c.line() for c in reading.choices)
                 + "\nAnswer with a letter, or say more.",
                 "choices": [c.public() for c in reading.choices],
                 "interpretation": reading.interpretation(),
@@ -190,24 +187,16 @@ class Principal:
         conversation.choices = {}
         carried = conversation.carried or PlanRequest()
         request = PlanRequest(
-            suites=choice.suites,
-            templates=choice.templates,
-            budget_usd=carried.budget_usd,
-            priority=carried.priority,
-            max_parallel=carried.max_parallel,
+            suites=choice.suites, templates=choice.templates, budget_usd=carried.budget_usd,
+            priority=carried.priority, max_parallel=carried.max_parallel,
             max_runtime_s=carried.max_runtime_s,
         )
         start = conversation.carried_start
         return self.propose(conversation, request, start, confirm, f"{key}) {choice.label}")
 
     def propose(
-        self,
-        conversation: Conversation,
-        request: PlanRequest,
-        start: bool,
-        confirm: bool,
-        text: str,
-        limit_usd: float | None = None,
+        self, conversation: Conversation, request: PlanRequest, start: bool, confirm: bool,
+        text: str, limit_usd: float | None = None,
     ) -> dict[str, Any]:
         """Plan; start it when asked to and safe, else wait for a yes."""
         the_plan = plan(self.controller.catalog, request)
@@ -227,10 +216,8 @@ class Principal:
         reasons = []
         high = the_plan.estimated_cost_usd[1]
         if high > self.threshold:
-            reasons.append(
-                f"Its max estimate ${high:,.2f} is above the ${self.threshold:,.2f} "
-                "I start without asking."
-            )
+            reasons.append(f"Its max estimate ${high:,.2f} is above the ${self.threshold:,.2f} "
+                           "I start without asking.")
         if any(e.reason.startswith("over budget") for e in the_plan.excluded):
             reasons.append("The budget leaves some templates out.")
         if limit_usd is not None and high > limit_usd:
@@ -244,18 +231,11 @@ class Principal:
         self, conversation: Conversation, request: PlanRequest, the_plan: Plan, text: str
     ) -> dict[str, Any]:
         controller = self.controller
-        body = {
-            "chat": text[:2000],
-            "conversation_id": conversation.id,
-            "plan_selected": list(the_plan.selected),
-        }
+        body = {"chat": text[:2000], "conversation_id": conversation.id,
+                "plan_selected": list(the_plan.selected)}
         run_id, _ = create_run(
-            controller.engine,
-            controller.catalog,
-            request,
-            body,
-            backend=controller.backend.name,
-            default_image=controller.settings.default_image,
+            controller.engine, controller.catalog, request, body,
+            backend=controller.backend.name, default_image=controller.settings.default_image,
         )
         controller.kick()
         conversation.pending = None
@@ -264,8 +244,7 @@ class Principal:
         run = get_run(controller.engine, run_id)
         return {
             "kind": "started",
-            "text": f"Started {run_id}: "
-            + describe_plan(the_plan)
+            "text": f"Started {run_id}: " + describe_plan(the_plan)
             + f" Ask 'how's {run_id} doing?' any time.",
             "plan": the_plan.to_dict(),
             "run": run,
@@ -279,11 +258,8 @@ class Principal:
         if pending.kind == "cancel" and pending.run_id:
             run = cancel_run(self.controller.engine, pending.run_id)
             self.controller.kick()
-            return {
-                "kind": "cancel_requested",
-                "run": run,
-                "text": f"Cancel requested for {pending.run_id} (it was {run['status']}).",
-            }
+            return {"kind": "cancel_requested", "run": run,
+                    "text": f"Cancel requested for {pending.run_id} (it was {run['status']})."}
         assert pending.request is not None
         the_plan = plan(self.controller.catalog, pending.request)
         return self.start(conversation, pending.request, the_plan, pending.text)
@@ -315,20 +291,15 @@ class Principal:
             active = questions.answer_running(self.controller.engine)
             run_id = active.run_id
         if run_id is None:
-            return {
-                "kind": "answer",
-                "text": "Which run? Say 'cancel run-…' (ask 'what's running?' for the ids).",
-            }
+            return {"kind": "answer", "text": "Which run? Say 'cancel run-…' "
+                    "(ask 'what's running?' for the ids)."}
         run = get_run(self.controller.engine, run_id)
         conversation.pending = Pending("cancel", run_id=run_id)
         if confirm:
             return self.carry_out(conversation)
         spent = sum(s["cost_usd"] for s in run["sandboxes"])
-        return {
-            "kind": "confirm",
-            "run": run,
-            "text": f"Cancel {run_id} ({run['status']}, ${spent:,.2f} spent)? (yes/no)",
-        }
+        return {"kind": "confirm", "run": run,
+                "text": f"Cancel {run_id} ({run['status']}, ${spent:,.2f} spent)? (yes/no)"}
 
     def new_notices(self, conversation: Conversation) -> list[dict[str, Any]]:
         found = []

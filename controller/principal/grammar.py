@@ -29,11 +29,8 @@ from controller.principal.numbers import find_quantities
 
 MAX_REQUEST_CHARS = 2000
 BROAD_SUITE = 10  # a bare word naming a suite this big gets choices, not a guess
-_FIELD_WORDS = {
-    "budget_usd": "budget",
-    "max_parallel": "parallelism",
-    "max_runtime_s": "runtime limit",
-}
+_FIELD_WORDS = {"budget_usd": "budget", "max_parallel": "parallelism",
+                "max_runtime_s": "runtime limit"}
 
 
 @dataclass(frozen=True)

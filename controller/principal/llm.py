@@ -27,44 +27,28 @@ TOOLS: list[dict[str, Any]] = [
         },
     }
     for name, description, properties in (
-        (
-            "plan",
-            "Plan a run without starting it.",
-            {
-                "query": {"type": "string", "description": "the request in words"},
-                "suites": {"type": "array", "items": {"type": "string"}},
-                "templates": {"type": "array", "items": {"type": "string"}},
-                "budget_usd": {"type": "number"},
-                "priority": {"type": "string", "enum": ["speed", "cost", "balanced"]},
-                "max_parallel": {"type": "integer"},
-            },
-        ),
-        (
-            "start",
-            "Plan and start a run (the user may be asked to confirm).",
-            {
-                "query": {"type": "string"},
-                "suites": {"type": "array", "items": {"type": "string"}},
-                "templates": {"type": "array", "items": {"type": "string"}},
-                "budget_usd": {"type": "number"},
-                "priority": {"type": "string", "enum": ["speed", "cost", "balanced"]},
-                "max_parallel": {"type": "integer"},
-            },
-        ),
-        (
-            "status",
-            "Answer a question about runs: progress, failures, cost, what runs.",
-            {
-                "question": {"type": "string", "description": "the question in words"},
-            },
-        ),
-        (
-            "cancel",
-            "Cancel a run (the user is asked to confirm).",
-            {
-                "run_id": {"type": "string"},
-            },
-        ),
+        ("plan", "Plan a run without starting it.", {
+            "query": {"type": "string", "description": "the request in words"},
+            "suites": {"type": "array", "items": {"type": "string"}},
+            "templates": {"type": "array", "items": {"type": "string"}},
+            "budget_usd": {"type": "number"},
+            "priority": {"type": "string", "enum": ["speed", "cost", "balanced"]},
+            "max_parallel": {"type": "integer"},
+        }),
+        ("start", "Plan and start a run (the user may be asked to confirm).", {
+            "query": {"type": "string"},
+            "suites": {"type": "array", "items": {"type": "string"}},
+            "templates": {"type": "array", "items": {"type": "string"}},
+            "budget_usd": {"type": "number"},
+            "priority": {"type": "string", "enum": ["speed", "cost", "balanced"]},
+            "max_parallel": {"type": "integer"},
+        }),
+        ("status", "Answer a question about runs: progress, failures, cost, what runs.", {
+            "question": {"type": "string", "description": "the question in words"},
+        }),
+        ("cancel", "Cancel a run (the user is asked to confirm).", {
+            "run_id": {"type": "string"},
+        }),
     )
 ]
 
@@ -97,10 +81,9 @@ class LLMClient:
     def complete(self, messages: list[dict[str, str]]) -> Completion:
         body = {"model": self.model, "messages": messages, "tools": TOOLS, "tool_choice": "auto"}
         try:
-            with (
-                httpx.Client(timeout=self.timeout, follow_redirects=False) as http,
-                http.stream("POST", self.url, json=body, headers=self.headers) as response,
-            ):
+            with httpx.Client(timeout=self.timeout, follow_redirects=False) as http, http.stream(
+                "POST", self.url, json=body, headers=self.headers
+            ) as response:
                 if response.status_code != 200:
                     raise LLMError(f"{self.url} answered HTTP {response.status_code}")
                 data = _read_json(response)

@@ -41,11 +41,8 @@ def run_notices(
         template = catalog.templates.get(row.template_id)
         if template is None:
             continue
-        notices.extend(
-            _sandbox_notices(
-                row, template.cost_usd[1], template.runtime_s[1], errors.get(row.id, 0), now
-            )
-        )
+        notices.extend(_sandbox_notices(row, template.cost_usd[1], template.runtime_s[1],
+                                        errors.get(row.id, 0), now))
     return notices
 
 
@@ -57,37 +54,17 @@ def _sandbox_notices(
     if row.status == "running" and row.started_at is not None:
         elapsed = (now - row.started_at).total_seconds()
         if elapsed > SLOW_FACTOR * max_runtime:
-            found.append(
-                (
-                    "slow",
-                    f"{row.template_id} has run {elapsed / 60:.1f} min, past "
-                    f"{SLOW_FACTOR}x its {max_runtime / 60:.1f} min max estimate",
-                )
-            )
+            found.append(("slow", f"{row.template_id} has run {elapsed / 60:.1f} min, past "
+                          f"{SLOW_FACTOR}x its {max_runtime / 60:.1f} min max estimate"))
     if cost > max_cost:
-        found.append(
-            (
-                "cost",
-                f"{row.template_id} has cost ${cost:,.2f}, above its ${max_cost:,.2f} max estimate",
-            )
-        )
+        found.append(("cost", f"{row.template_id} has cost ${cost:,.2f}, above its "
+                      f"${max_cost:,.2f} max estimate"))
     if error_count >= REPEATED_ERRORS or (row.attempt >= 2 and row.transient):
-        found.append(
-            (
-                "errors",
-                f"{row.template_id} hit repeated transient errors "
-                f"({error_count} error events, attempt {row.attempt})"
-                + (f": {row.error[:200]}" if row.error else ""),
-            )
-        )
+        found.append(("errors", f"{row.template_id} hit repeated transient errors "
+                      f"({error_count} error events, attempt {row.attempt})"
+                      + (f": {row.error[:200]}" if row.error else "")))
     return [
-        {
-            "key": f"{kind}:{row.id}",
-            "kind": kind,
-            "run_id": row.run_id,
-            "sandbox_id": row.id,
-            "template_id": row.template_id,
-            "message": message,
-        }
+        {"key": f"{kind}:{row.id}", "kind": kind, "run_id": row.run_id, "sandbox_id": row.id,
+         "template_id": row.template_id, "message": message}
         for kind, message in found
     ]

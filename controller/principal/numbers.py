@@ -14,19 +14,8 @@ from dataclasses import dataclass
 
 _NUM = r"(?P<n>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?P<k>k)?"
 _WORDS = {
-    "one": 1,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "twelve": 12,
-    "sixteen": 16,
-    "twenty": 20,
+    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "sixteen": 16, "twenty": 20,
 }
 _WORD_NUM = r"(?P<w>" + "|".join(_WORDS) + r")(?![a-z])"
 _START = r"(?<![\w$.-])"
@@ -58,23 +47,9 @@ _PARALLEL_PATTERNS = (
     rf"in series|no parallelism){_END}",
 )
 _BARE = rf"{_START}\$?{_NUM}{_END}"
-_UNITS = {
-    "s": 1,
-    "sec": 1,
-    "secs": 1,
-    "second": 1,
-    "seconds": 1,
-    "m": 60,
-    "min": 60,
-    "mins": 60,
-    "minute": 60,
-    "minutes": 60,
-    "h": 3600,
-    "hr": 3600,
-    "hrs": 3600,
-    "hour": 3600,
-    "hours": 3600,
-}
+_UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60, "min": 60,
+          "mins": 60, "minute": 60, "minutes": 60, "h": 3600, "hr": 3600, "hrs": 3600,
+          "hour": 3600, "hours": 3600}
 MONEY = tuple(re.compile(p) for p in _MONEY_PATTERNS)
 TIME = re.compile(_TIME)
 PARALLEL = tuple(re.compile(p) for p in _PARALLEL_PATTERNS)

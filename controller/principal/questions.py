@@ -54,13 +54,8 @@ def recognise(catalog: Catalog, text: str) -> Question | None:
     lowered = text.lower().replace("\u2019", "'")
     found = RUN_ID.search(lowered)
     run_id = found.group(1) if found else None
-    for kind, pattern in (
-        ("cancel", _CANCEL),
-        ("failures", _FAILED),
-        ("cost", _COST),
-        ("status", _STATUS),
-        ("running", _RUNNING),
-    ):
+    for kind, pattern in (("cancel", _CANCEL), ("failures", _FAILED), ("cost", _COST),
+                          ("status", _STATUS), ("running", _RUNNING)):
         if pattern.search(lowered):
             templates = read_request(catalog, RUN_ID.sub(" ", lowered)).templates
             return Question(kind, run_id, templates if kind == "status" else ())
@@ -80,9 +75,8 @@ def latest_run_id(engine: Engine) -> str | None:
     return str(row.id) if row else None
 
 
-def answer_status(
-    engine: Engine, catalog: Catalog, question: Question, run_id: str | None
-) -> Answer:
+def answer_status(engine: Engine, catalog: Catalog, question: Question,
+                  run_id: str | None) -> Answer:
     """How a template (its latest sandbox), or a run, is doing."""
     if question.templates and not question.run_id:
         lines, rows = [], []
@@ -93,9 +87,8 @@ def answer_status(
                 continue
             rows.append(row)
             lines.append(_sandbox_line(catalog, row))
-        return Answer(
-            "\n".join(lines), {"sandboxes": rows}, rows[0]["run_id"] if len(rows) == 1 else None
-        )
+        return Answer("\n".join(lines), {"sandboxes": rows},
+                      rows[0]["run_id"] if len(rows) == 1 else None)
     target = question.run_id or run_id or latest_run_id(engine)
     if target is None:
         return Answer("No run yet. Ask me to run something, e.g. 'run quick under $10'.", {})
@@ -136,17 +129,9 @@ def answer_cost(engine: Engine, question: Question, run_id: str | None) -> Answe
         f"{target} has cost ${spent:,.2f} so far{budget} (estimate ${low:,.2f}-{high:,.2f}); "
         f"it is {run['status']}" + (f", {active} sandboxes still to finish." if active else ".")
     )
-    return Answer(
-        text,
-        {
-            "run_id": target,
-            "cost_usd": spent,
-            "status": run["status"],
-            "budget_usd": run["budget_usd"],
-            "estimated_cost_usd": [low, high],
-        },
-        target,
-    )
+    return Answer(text, {"run_id": target, "cost_usd": spent, "status": run["status"],
+                         "budget_usd": run["budget_usd"], "estimated_cost_usd": [low, high]},
+                  target)
 
 
 def answer_running(engine: Engine) -> Answer:
@@ -159,9 +144,8 @@ def answer_running(engine: Engine) -> Answer:
         run = get_run(engine, summary["run_id"])
         details.append(run)
         lines.append("- " + _run_summary(run))
-    return Answer(
-        "\n".join(lines), {"runs": details}, active[0]["run_id"] if len(active) == 1 else None
-    )
+    return Answer("\n".join(lines), {"runs": details},
+                  active[0]["run_id"] if len(active) == 1 else None)
 
 
 def _latest_sandbox(engine: Engine, template_id: str) -> dict[str, Any] | None:
@@ -185,8 +169,7 @@ def _sandbox_line(catalog: Catalog, s: dict[str, Any]) -> str:
     estimate = (
         f" (estimate ${template.cost_usd[0]:,.2f}-{template.cost_usd[1]:,.2f}, "
         f"{_minutes(template.runtime_s[1])} at most)"
-        if template
-        else ""
+        if template else ""
     )
     step = f", step {s['step']}/{s['steps_total']}" if s["step"] is not None else ""
     elapsed = ""
