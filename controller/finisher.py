@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from controller.aggregator import load_snapshot, read_snapshot
 from controller.backends.base import Backend
 from controller.db.schema import attempts, runs, sandboxes
 from controller.errors import SimpleError, SnapshotRejected, StoreError
+from controller.estimates import record_observation
+from controller.ledger import append_entry, attempt_record
 from controller.retry import backoff_s
 from controller.settings import Settings
 from controller.states import SandboxStatus
@@ -57,6 +60,7 @@ def finish_attempt(
         "log_key": archived or row.log_key,
     }
     rows = None
+    digest: Digest = None
     if retry:
         delay = backoff_s(row.attempt, settings.retry_base_s, settings.retry_max_s, rng.random)
         values.update(status=SandboxStatus.PENDING, next_attempt_at=now + timedelta(seconds=delay))
@@ -68,10 +72,11 @@ def finish_attempt(
             outcome.error,
             delay,
         )
+        digest = _snapshot_digest(store, settings, row)
     else:
         values["status"] = outcome.status
         try:
-            rows, problem = _fetch_snapshot(store, settings, row)
+            rows, problem, digest = _fetch_snapshot(store, settings, row)
             _store_failing_since.pop((row.id, row.attempt), None)
         except StoreError as e:
             since = _store_failing_since.setdefault((row.id, row.attempt), now)
@@ -86,8 +91,9 @@ def finish_attempt(
             )
         if problem:
             values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
+    ended = Ended(outcome, values, digest, final=not retry)
     try:
-        if not _record(engine, row, outcome, values, rows, now):
+        if not _record(engine, row, ended, rows, now):
             return
     except SQLAlchemyError as e:  # a snapshot the database refuses must not wedge the sandbox
         if rows is None:
@@ -95,7 +101,7 @@ def finish_attempt(
         logger.warning("snapshot of %s could not be loaded: %s", row.id, e)
         problem = f"snapshot rejected: the database refused its rows ({type(e).__name__})"
         values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
-        if not _record(engine, row, outcome, values, None, now):
+        if not _record(engine, row, ended, None, now):
             return
     if not retry:
         logger.info(
@@ -108,15 +114,24 @@ def finish_attempt(
     _remove(backend, row.id)
 
 
-def _record(
-    engine: Engine,
-    row: Any,
-    outcome: Outcome,
-    values: dict[str, Any],
-    rows: Any,
-    now: datetime,
-) -> bool:
-    """Write the attempt's end (and its snapshot rows) in one transaction; False if stale."""
+Digest = tuple[str, int] | None  # the snapshot object's SHA-256 and size, as fetched
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How an attempt ended, as it is written: outcome, sandbox values, snapshot digest."""
+
+    outcome: Outcome
+    values: dict[str, Any]
+    digest: Digest
+    final: bool  # no retry follows
+
+
+def _record(engine: Engine, row: Any, ended: Ended, rows: Any, now: datetime) -> bool:
+    """Write the attempt's end, its snapshot rows, its ledger entry and (when it is the
+    sandbox's last) its observation, in one transaction; False if stale."""
+    outcome, values = ended.outcome, ended.values
+    cost, tokens = _attempt_cost(row, rows)
     with engine.begin() as conn:
         done = conn.execute(
             update(sandboxes)
@@ -137,13 +152,39 @@ def _record(
                 exit_code=outcome.exit_code,
                 error=outcome.error,
                 finished_at=now,
-                cost_usd=row.cost_usd,
+                cost_usd=cost,
+                tokens=tokens,
+                snapshot_sha256=ended.digest[0] if ended.digest else None,
+                snapshot_bytes=ended.digest[1] if ended.digest else None,
                 exited_at=outcome.exited_at,
             )
         )
         if rows is not None:
             load_snapshot(conn, row.run_id, row.id, rows)
+        record = attempt_record(
+            sandbox_id=row.id,
+            template_id=row.template_id,
+            attempt=row.attempt,
+            status=outcome.status,
+            exit_code=outcome.exit_code,
+            cost_usd=cost,
+            tokens=tokens,
+            snapshot_sha256=ended.digest[0] if ended.digest else None,
+            snapshot_bytes=ended.digest[1] if ended.digest else None,
+        )
+        append_entry(conn, row.run_id, record, now)
+        if ended.final:
+            record_observation(conn, row, outcome.status, cost, now)
     return True
+
+
+def _attempt_cost(row: Any, rows: Any) -> tuple[float, int]:
+    """The attempt's cost and tokens: its aggregated snapshot's, else its live events'."""
+    if rows is not None:
+        cost = sum(float(r["cost_usd"] or 0.0) for r in rows.runs)
+        tokens = sum(int(r["tokens_used"] or 0) for r in rows.runs)
+        return round(cost, 6), tokens
+    return round(float(row.cost_usd or 0.0), 6), int(getattr(row, "tokens", 0) or 0)
 
 
 def _should_retry(engine: Engine, settings: Settings, row: Any, outcome: Outcome) -> bool:
@@ -158,21 +199,37 @@ def _should_retry(engine: Engine, settings: Settings, row: Any, outcome: Outcome
     return not cancelled
 
 
-def _fetch_snapshot(store: ObjectStore, settings: Settings, row: Any) -> tuple[Any, str | None]:
+def _fetch_snapshot(
+    store: ObjectStore, settings: Settings, row: Any
+) -> tuple[Any, str | None, Digest]:
+    """The snapshot's rows (or why none), and the object's SHA-256 and size as fetched."""
     key = snapshot_key(row.run_id, row.id, row.attempt)
     try:
         data = store.get(key, max_bytes=settings.snapshot_max_bytes)
     except SimpleError as e:
         if isinstance(e, StoreError) and e.transient:
             raise
-        return None, f"snapshot rejected: {e.message}"
+        return None, f"snapshot rejected: {e.message}", None
     if data is None:
-        return None, "no snapshot was uploaded, so it adds nothing to the totals"
+        return None, "no snapshot was uploaded, so it adds nothing to the totals", None
+    digest = (hashlib.sha256(data).hexdigest(), len(data))
     try:
-        return read_snapshot(data, settings.snapshot_max_bytes), None
+        return read_snapshot(data, settings.snapshot_max_bytes), None, digest
     except SnapshotRejected as e:
         logger.warning("snapshot of %s rejected: %s", row.id, e.message)
-        return None, f"snapshot rejected: {e.message}"
+        return None, f"snapshot rejected: {e.message}", digest
+
+
+def _snapshot_digest(store: ObjectStore, settings: Settings, row: Any) -> Digest:
+    """The digest of an attempt's snapshot that is not aggregated (a retry follows)."""
+    try:
+        data = store.get(
+            snapshot_key(row.run_id, row.id, row.attempt), max_bytes=settings.snapshot_max_bytes
+        )
+    except SimpleError as e:
+        logger.warning("snapshot of %s attempt %d not hashed: %s", row.id, row.attempt, e)
+        return None
+    return None if data is None else (hashlib.sha256(data).hexdigest(), len(data))
 
 
 def archive_logs(backend: Backend, store: ObjectStore, row: Any) -> str | None:

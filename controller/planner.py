@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import heapq
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from controller.catalog import Catalog, Template
 from controller.errors import InputError, UnknownNameError
+from controller.stages import Stage, check_stages
 
 MAX_WORKERS = 64
 COST_PRIORITY_PARALLEL = 2
@@ -45,6 +47,7 @@ class PlanRequest:
     budget_usd: float | None = None
     priority: Priority = Priority.BALANCED
     max_parallel: int | None = None
+    stages: tuple[Stage, ...] = ()  # a staged request; else a staged suite named alone
 
 
 @dataclass(frozen=True)
@@ -66,9 +69,15 @@ class Plan:
     priority: Priority
     budget_usd: float | None
     expensive: tuple[str, ...] = field(default=())
+    stages: tuple[dict[str, Any], ...] = ()  # staged runs: each stage with its estimates
+    critical_path: tuple[str, ...] = ()  # the template that ends last, stage by stage
+    estimates: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "stages": list(self.stages),
+            "critical_path": list(self.critical_path),
+            "estimates": self.estimates,
             "selected": list(self.selected),
             "excluded": [{"template_id": e.template_id, "reason": e.reason} for e in self.excluded],
             "estimated_cost_usd": list(self.estimated_cost_usd),
@@ -81,9 +90,21 @@ class Plan:
         }
 
 
-def plan(catalog: Catalog, request: PlanRequest) -> Plan:
-    """Select, order and size a run from the catalog."""
+def plan(
+    catalog: Catalog, request: PlanRequest, sources: Mapping[str, str] | None = None
+) -> Plan:
+    """Select, order and size a run from the catalog.
+
+    `sources` says, per template, where its estimate comes from (`catalog`, or
+    `observed (n=…)` when `catalog` carries ranges learnt from earlier runs).
+    """
     request = _apply_query(catalog, request)
+    stages = _requested_stages(catalog, request)
+    result = _plan_staged(catalog, request, stages) if stages else _plan_flat(catalog, request)
+    return replace(result, estimates=_estimates(catalog, result.selected, sources or {}))
+
+
+def _plan_flat(catalog: Catalog, request: PlanRequest) -> Plan:
     wanted = _select(catalog, request)
     ordered = _order([catalog.templates[t] for t in wanted], request.priority)
     selected, excluded = _fit_budget(ordered, request.budget_usd)
@@ -104,7 +125,118 @@ def plan(catalog: Catalog, request: PlanRequest) -> Plan:
         priority=request.priority,
         budget_usd=request.budget_usd,
         expensive=tuple(t.id for t in selected if _is_expensive(t)),
+        critical_path=_critical_path(selected),
     )
+
+
+def _requested_stages(catalog: Catalog, request: PlanRequest) -> tuple[Stage, ...]:
+    """The request's stages, or a staged suite's when it is the only thing named."""
+    if request.stages:
+        if request.names or request.suites or request.templates or request.categories:
+            raise InputError(
+                "a request with `stages` names its templates there only",
+                hint="move names, suites, templates and categories into the stages",
+                field="stages",
+            )
+        try:
+            check_stages(request.stages, "request")
+        except ValueError as e:
+            raise InputError(str(e), field="stages") from None
+        for stage in request.stages:
+            for template_id in stage.templates:
+                catalog.template(template_id)
+        return request.stages
+    named = [*request.names, *request.suites]
+    staged = [n for n in named if n in catalog.staged]
+    if not staged:
+        return ()
+    if len(named) > 1 or request.templates or request.categories:
+        raise InputError(
+            f"staged suite {staged[0]!r} must be run on its own",
+            hint="name only the staged suite, or send `stages` in the request",
+            field="suites",
+        )
+    return catalog.staged[staged[0]]
+
+
+def _plan_staged(catalog: Catalog, request: PlanRequest, stages: tuple[Stage, ...]) -> Plan:
+    """Each stage ordered by the priority; the budget over all; runtime along the stages."""
+    ordered = [
+        _order([catalog.templates[t] for t in stage.templates], request.priority)
+        for stage in stages
+    ]
+    selected, excluded = _fit_budget([t for group in ordered for t in group], request.budget_usd)
+    kept = {t.id for t in selected}
+    groups = [[t for t in group if t.id in kept] for group in ordered]
+    for index, (stage, group) in enumerate(zip(stages, groups, strict=True)):
+        if not group or (stage.policy.quorum or 0) > len(group):
+            raise InputError(
+                f"stage {index} keeps {len(group)} templates within the budget, too few for "
+                f"its policy ({stage.policy.describe()})",
+                hint="raise budget_usd or change the stage",
+                field="budget_usd",
+            )
+    max_parallel, max_expensive = _parallelism(max(groups, key=len), request)
+    described: list[dict[str, Any]] = []
+    for index, (stage, group) in enumerate(zip(stages, groups, strict=True)):
+        described.append(
+            {
+                "index": index,
+                "templates": [t.id for t in group],
+                "policy": stage.policy.public(),
+                "estimated_cost_usd": _cost(group),
+                "estimated_runtime_s": _runtime(group, max_parallel),
+            }
+        )
+    return Plan(
+        selected=tuple(t.id for t in selected),
+        excluded=tuple(excluded),
+        estimated_cost_usd=_cost(selected),
+        estimated_runtime_s=(
+            round(sum(s["estimated_runtime_s"][0] for s in described), 3),
+            round(sum(s["estimated_runtime_s"][1] for s in described), 3),
+        ),
+        max_parallel=max_parallel,
+        max_parallel_expensive=max_expensive,
+        priority=request.priority,
+        budget_usd=request.budget_usd,
+        expensive=tuple(t.id for t in selected if _is_expensive(t)),
+        stages=tuple(described),
+        critical_path=tuple(p for group in groups for p in _critical_path(group)),
+    )
+
+
+def _cost(templates: list[Template]) -> tuple[float, float]:
+    return (
+        round(sum(t.cost_usd[0] for t in templates), 2),
+        round(sum(t.cost_usd[1] for t in templates), 2),
+    )
+
+
+def _runtime(templates: list[Template], slots: int) -> tuple[float, float]:
+    return (
+        _makespan([t.runtime_s[0] for t in templates], slots),
+        _makespan([t.runtime_s[1] for t in templates], slots),
+    )
+
+
+def _critical_path(templates: list[Template]) -> tuple[str, ...]:
+    """The template that ends last (longest max runtime): what the run waits for."""
+    return (max(templates, key=lambda t: t.runtime_s[1]).id,) if templates else ()
+
+
+def _estimates(
+    catalog: Catalog, selected: tuple[str, ...], sources: Mapping[str, str]
+) -> dict[str, dict[str, Any]]:
+    """Per selected template, the estimate planned with and where it comes from."""
+    return {
+        t: {
+            "cost_usd": list(catalog.templates[t].cost_usd),
+            "runtime_s": list(catalog.templates[t].runtime_s),
+            "estimate_source": sources.get(t, "catalog"),
+        }
+        for t in selected
+    }
 
 
 def _select(catalog: Catalog, request: PlanRequest) -> list[str]:
@@ -250,4 +382,5 @@ def _apply_query(catalog: Catalog, request: PlanRequest) -> PlanRequest:
         budget_usd=budget,
         priority=priority,
         max_parallel=request.max_parallel,
+        stages=request.stages,
     )

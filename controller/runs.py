@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from controller.catalog import Catalog, Template
 from controller.db.schema import runs, sandboxes
 from controller.errors import ConflictError, InputError, NotFoundError
+from controller.estimates import planning_catalog
 from controller.planner import Plan, PlanRequest, plan
 from controller.report import attempt_rows
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus
@@ -48,6 +49,8 @@ def sandbox_spec(template: Template, seed: int, default_image: str) -> dict[str,
         "config": config,
         "timeout_s": template.timeout_s,
         "estimate_min_usd": template.cost_usd[0],
+        "estimate_max_usd": template.cost_usd[1],
+        "estimate_runtime_s": list(template.runtime_s),
         "resources": {"cpu": template.cpu, "memory": template.memory},
         "seed": (seed * 1_000_003 + zlib.crc32(template.id.encode())) % 2**31,
     }
@@ -74,7 +77,8 @@ def create_run(
         existing = _by_key(engine, idempotency_key, digest)
         if existing:
             return existing, False
-    the_plan = plan(catalog, request)
+    catalog, sources = planning_catalog(engine, catalog)  # estimates learnt from earlier runs
+    the_plan = plan(catalog, request, sources)
     if not the_plan.selected:
         reasons = "; ".join(f"{e.template_id}: {e.reason}" for e in the_plan.excluded[:3])
         raise InputError(
@@ -99,6 +103,9 @@ def create_run(
                     request_hash=digest,
                     cancel_requested=False,
                     created_at=now,
+                    stage=0,
+                    confirm_over=bool(body.get("confirm_over")),
+                    alerts=[],
                 )
             )
             conn.execute(
@@ -132,6 +139,7 @@ def _sandbox_rows(
     run_id: str, the_plan: Plan, catalog: Catalog, default_image: str, seed: int
 ) -> list[dict[str, Any]]:
     expensive = set(the_plan.expensive)
+    stage_of = {t: s["index"] for s in the_plan.stages for t in s["templates"]}
     return [
         {
             "id": sandbox_id_for(run_id, template_id, position),
@@ -147,6 +155,8 @@ def _sandbox_rows(
             "tokens": 0,
             "aggregated": False,
             "expensive": template_id in expensive,
+            "stage": stage_of.get(template_id, 0),
+            "cost_alerted": False,
         }
         for position, template_id in enumerate(the_plan.selected)
     ]
@@ -203,6 +213,10 @@ def public_run(row: dict[str, Any]) -> dict[str, Any]:
         "max_parallel": row["max_parallel"],
         "cancel_requested": row["cancel_requested"],
         "error": row["error"],
+        "stage": row.get("stage") or 0,
+        "confirm_over": bool(row.get("confirm_over")),
+        "hold_reason": row.get("hold_reason"),
+        "alerts": row.get("alerts") or [],
         "created_at": _iso(row["created_at"]),
         "started_at": _iso(row["started_at"]),
         "finished_at": _iso(row["finished_at"]),
@@ -214,6 +228,7 @@ def public_sandbox(row: dict[str, Any]) -> dict[str, Any]:
         "sandbox_id": row["id"],
         "run_id": row["run_id"],
         "template_id": row["template_id"],
+        "stage": row.get("stage") or 0,
         "status": row["status"],
         "attempts": row["attempt"],
         "exit_code": row["exit_code"],

@@ -24,6 +24,8 @@ ENV_SEED = "SIMPLE_SEED"
 ENV_CONTROLLER_URL = "SIMPLE_CONTROLLER_URL"
 ENV_SANDBOX_TOKEN = "SIMPLE_SANDBOX_TOKEN"
 ENV_SNAPSHOT_URL = "SIMPLE_SNAPSHOT_URL"
+# Optional: present only for a later stage of a staged run.
+ENV_INPUT_URL = "SIMPLE_INPUT_URL"
 
 ENV_NAMES: tuple[str, ...] = (
     ENV_SANDBOX_ID,
@@ -112,6 +114,7 @@ class SandboxEnv:
     controller_url: str
     sandbox_token: str
     snapshot_url: str
+    input_url: str | None = None  # GET: the previous stage's rows (SQLite), staged runs only
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> SandboxEnv:
@@ -142,10 +145,12 @@ class SandboxEnv:
             controller_url=env[ENV_CONTROLLER_URL].rstrip("/"),
             sandbox_token=env[ENV_SANDBOX_TOKEN],
             snapshot_url=env[ENV_SNAPSHOT_URL],
+            input_url=env.get(ENV_INPUT_URL) or None,
         )
 
     def to_environ(self) -> dict[str, str]:
         """The variables a backend injects into the sandbox."""
+        optional = {ENV_INPUT_URL: self.input_url} if self.input_url else {}
         return {
             ENV_SANDBOX_ID: self.sandbox_id,
             ENV_RUN_ID: self.run_id,
@@ -156,6 +161,7 @@ class SandboxEnv:
             ENV_CONTROLLER_URL: self.controller_url,
             ENV_SANDBOX_TOKEN: self.sandbox_token,
             ENV_SNAPSHOT_URL: self.snapshot_url,
+            **optional,
         }
 
     @property

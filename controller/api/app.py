@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from controller import __version__
 from controller.api.errors import install_error_handlers
-from controller.api.routes import health, runs, sandboxes, stream, templates
+from controller.api.routes import accounting, health, runs, sandboxes, stream, templates
 from controller.service import Controller
 
 
@@ -32,6 +32,6 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     )
     app.state.controller = controller
     install_error_handlers(app)
-    for module in (health, templates, runs, stream, sandboxes):
+    for module in (health, templates, runs, stream, sandboxes, accounting):
         app.include_router(module.router)
     return app
