@@ -189,6 +189,8 @@ def accuracy(engine: Engine, catalog: Catalog) -> list[dict[str, Any]]:
             func.max(o.cost_usd),
             func.avg(o.runtime_s),
             func.sum(within),
+            func.min(o.estimate_cost_min_usd),
+            func.max(o.estimate_cost_max_usd),
         )
         .group_by(o.template_id)
         .order_by(o.template_id)
@@ -197,9 +199,10 @@ def accuracy(engine: Engine, catalog: Catalog) -> list[dict[str, Any]]:
         grouped = conn.execute(query).all()
     ranges = observed_ranges(engine)
     rows = []
-    for template_id, n, succeeded, mean, low, high, runtime, inside in grouped:
+    for template_id, n, succeeded, mean, low, high, runtime, inside, e_low, e_high in grouped:
         template = catalog.templates.get(template_id)
-        estimate = list(template.cost_usd) if template else None
+        recorded = [e_low, e_high] if e_low is not None and e_high is not None else None
+        estimate = list(template.cost_usd) if template else recorded
         middle = sum(estimate) / 2 if estimate else None
         observed = ranges.get(template_id)
         rows.append(

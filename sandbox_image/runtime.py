@@ -34,6 +34,7 @@ from types import FrameType
 import httpx
 
 from sandbox_image.contract import ContractError, EventType, SandboxEnv
+from sandbox_image.gather import INPUT_SCHEMA_SQL, InputError, fetch_input, read_input, record_input
 from sandbox_image.outbox import Deadline, EventSender, Outbox, utc_now_iso
 from sandbox_image.simulation import (
     Cancelled,
@@ -141,7 +142,12 @@ class Runtime:
                 SimulationFailure("config_error", str(e), transient=False, step=0), Totals())
         simulation = Simulation(self.config, seed=self.env.seed, attempt=self.env.attempt,
                                 should_stop=self.shutdown.is_set)
-        self._record_started()
+        try:
+            gathered = self._gather()
+        except InputError as e:
+            return self._finish_failed(
+                SimulationFailure("input_error", str(e), transient=True, step=0), Totals())
+        self._record_started(gathered)
         try:
             self._apply_start_hooks()
             totals = simulation.run(self)
@@ -159,12 +165,28 @@ class Runtime:
         self._finish_completed(totals)
         return EXIT_OK if self.config.exit_code is None else self.config.exit_code
 
-    def _record_started(self) -> None:
+    def _gather(self) -> dict[str, int]:
+        """A later stage: read the previous stage's rows and keep them in the snapshot."""
+        if not self.env.input_url:
+            if self.env.template_config.get("gather"):
+                raise InputError("this template gathers a previous stage's results, but "
+                                 "SIMPLE_INPUT_URL is not set: run it as a later stage")
+            return {}
+        stage_input = read_input(fetch_input(self.env.input_url))
+        self.store.ensure_schema(INPUT_SCHEMA_SQL)
+        with self.store.transaction() as conn:
+            record_input(conn, stage_input)
+        logger.info("gathered the previous stage: %d sandboxes, %d runs",
+                    len(stage_input.sandboxes), len(stage_input.runs))
+        return {"input_sandboxes": len(stage_input.sandboxes),
+                "input_runs": len(stage_input.runs)}
+
+    def _record_started(self, gathered: dict[str, int]) -> None:
         with self.store.transaction() as conn:
             write_run(conn, self._run_record("running", Totals()))
             self.outbox.append(EventType.STARTED, {
                 "attempt": self.env.attempt, "steps_total": self.config.steps,
-                "agents": self.config.agents}, conn)
+                "agents": self.config.agents, **gathered}, conn)
         logger.info("sandbox %s started: run %s, template %s, attempt %d, seed %d, "
                     "%d agents x %d steps", self.env.sandbox_id, self.env.run_id,
                     self.env.template_id, self.env.attempt, self.env.seed,
