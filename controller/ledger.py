@@ -7,9 +7,9 @@ snapshot object as it was fetched), and `prev` is the previous entry's hash.
 Changing any recorded value, dropping an entry or replacing a snapshot object
 breaks the chain where it happened; `controller.verify` finds it.
 
-Appending is concurrency-safe: the run's row is locked (`FOR UPDATE` on
-PostgreSQL; SQLite has one writer at a time) before the head is read, and the
-unique `(run_id, seq)` constraint refuses a second entry at the same place.
+Appending is concurrency-safe: the run's row is written (a row lock on
+PostgreSQL, the write lock on SQLite) before the head is read, and the unique
+`(run_id, seq)` constraint refuses a second entry at the same place.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select
+from sqlalchemy import Connection, Engine, insert, select, update
 
 from controller.db.schema import ledger, runs
 from controller.errors import NotFoundError
@@ -79,9 +79,10 @@ def append_entry(
     conn: Connection, run_id: str, record: dict[str, Any], now: datetime
 ) -> dict[str, Any]:
     """Append `record` to the run's chain, inside the caller's transaction."""
-    # Serialise appends per run: the second of two finishers waits here, then sees
-    # the first one's entry as the head.
-    conn.execute(select(runs.c.id).where(runs.c.id == run_id).with_for_update()).first()
+    # Serialise appends per run: writing the run's row locks it (PostgreSQL) and takes
+    # the database's write lock (SQLite) before the head is read, so the second of two
+    # finishers waits here, then sees the first one's entry as the head.
+    conn.execute(update(runs).where(runs.c.id == run_id).values(status=runs.c.status))
     head = conn.execute(
         select(ledger.c.seq, ledger.c.entry_hash)
         .where(ledger.c.run_id == run_id)

@@ -184,8 +184,8 @@ def _plan_staged(catalog: Catalog, request: PlanRequest, stages: tuple[Stage, ..
                 "index": index,
                 "templates": [t.id for t in group],
                 "policy": stage.policy.public(),
-                "estimated_cost_usd": _cost(group),
-                "estimated_runtime_s": _runtime(group, max_parallel),
+                "estimated_cost_usd": list(_cost(group)),
+                "estimated_runtime_s": list(_runtime(group, max_parallel)),
             }
         )
     return Plan(
