@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install quick test lint typecheck check bench bench-docker bench-ingest bench-aggregate clean
+.PHONY: help install quick test lint typecheck check bench bench-docker bench-ingest bench-aggregate bench-schedule clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -37,8 +37,11 @@ check: lint typecheck test ## Everything CI checks
 bench: $(STAMP) ## Controller overhead per sandbox on the process backend
 	$(BIN)/python bench/process_overhead.py
 
-bench-docker: $(STAMP) ## SIMPLE vs a bare `docker run` loop: 64 no-op sandboxes, 8 at once
+bench-docker: $(STAMP) ## SIMPLE vs bare CLI and SDK loops: 64 no-op containers, 8 at once (builds its image)
 	$(BIN)/python bench/docker_bench.py
+
+bench-schedule: $(STAMP) ## Launch order: ultra's estimates as sleeps, 8 at once, vs the lower bound
+	$(BIN)/python bench/schedule_bench.py
 
 bench-ingest: $(STAMP) ## Event ingestion on PostgreSQL vs the same endpoint without persistence
 	$(BIN)/python bench/ingest_bench.py

@@ -45,6 +45,21 @@ class UnknownNameError(InputError):
     code = "unknown_name"
 
 
+class AmbiguousRequestError(InputError):
+    """A free-text request that could mean several things, or names nothing: pick one."""
+
+    code = "ambiguous_request"
+
+    def __init__(self, choices: list[str]) -> None:
+        super().__init__(
+            "the request is ambiguous or names nothing to run; it could be: " + "; ".join(choices),
+            hint="name one of these (e.g. its suite) in the query, or ask POST /v1/chat, "
+            "which answers with choices to pick from",
+            field="query",
+        )
+        self.choices = choices
+
+
 class NotFoundError(SimpleError):
     status_code = 404
     code = "not_found"
@@ -75,6 +90,12 @@ class ConfigError(SimpleError):
 
     status_code = 500
     code = "invalid_config"
+
+
+class MissingExtraError(ConfigError):
+    """A backend or store was asked for whose optional dependencies are not installed."""
+
+    code = "missing_extra"
 
 
 class UnavailableError(SimpleError):

@@ -1,12 +1,13 @@
-"""Ending one attempt: archive its logs, retry or aggregate its snapshot, record it, clean up."""
+"""Ending one attempt: retry or aggregate its snapshot, record it, then archive and clean up."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, select, update
@@ -35,6 +36,10 @@ class Outcome:
     exited_at: datetime | None = None
 
 
+Cleanup = Callable[[Callable[[], None]], Any]
+"""Runs a piece of clean-up work, e.g. a bounded executor's `submit`."""
+
+
 # When fetching each attempt's snapshot first failed; a store down for longer than
 # SIMPLE_STORE_RETRY_S ends the attempt with the reason instead of retrying forever.
 _store_failing_since: dict[tuple[str, int], datetime] = {}
@@ -49,19 +54,27 @@ def finish_attempt(
     outcome: Outcome,
     now: datetime,
     rng: random.Random,
-) -> None:
-    """Record how an attempt ended; schedule a retry when it may help."""
-    archived = archive_logs(backend, store, row)
+    cleanup: Cleanup | None = None,
+) -> bool:
+    """Record how an attempt ended; schedule a retry when it may help. True once recorded.
+
+    A final end is recorded first; its logs are archived and the sandbox removed after,
+    through `cleanup` (a background queue; None: right here). A retry cleans up first,
+    because the next attempt reuses the sandbox's name.
+    """
     retry = _should_retry(engine, settings, row, outcome)
     values: dict[str, Any] = {
         "exit_code": outcome.exit_code,
         "error": outcome.error,
         "finished_at": now,
-        "log_key": archived or row.log_key,
+        "log_key": row.log_key,
     }
     rows = None
     digest: Digest = None
     if retry:
+        digest = _snapshot_digest(store, settings, row)
+        values["log_key"] = archive_logs(backend, store, row) or row.log_key
+        _remove(backend, row.id)
         delay = backoff_s(row.attempt, settings.retry_base_s, settings.retry_max_s, rng.random)
         values.update(status=SandboxStatus.PENDING, next_attempt_at=now + timedelta(seconds=delay))
         logger.info(
@@ -72,37 +85,16 @@ def finish_attempt(
             outcome.error,
             delay,
         )
-        digest = _snapshot_digest(store, settings, row)
     else:
         values["status"] = outcome.status
-        try:
-            rows, problem, digest = _fetch_snapshot(store, settings, row)
-            _store_failing_since.pop((row.id, row.attempt), None)
-        except StoreError as e:
-            since = _store_failing_since.setdefault((row.id, row.attempt), now)
-            if now - since < timedelta(seconds=settings.store_retry_s):
-                logger.warning("cannot fetch the snapshot of %s yet (will retry): %s", row.id, e)
-                return
-            _store_failing_since.pop((row.id, row.attempt), None)
-            rows, problem = (
-                None,
-                f"snapshot not aggregated: the store failed for "
-                f"{settings.store_retry_s:.0f} s ({e.message})",
-            )
+        fetched = _fetch_or_wait(store, settings, row, now)
+        if fetched is None:
+            return False
+        rows, problem, digest = fetched
         if problem:
             values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
-    ended = Ended(outcome, values, digest, final=not retry)
-    try:
-        if not _record(engine, row, ended, rows, now):
-            return
-    except SQLAlchemyError as e:  # a snapshot the database refuses must not wedge the sandbox
-        if rows is None:
-            raise
-        logger.warning("snapshot of %s could not be loaded: %s", row.id, e)
-        problem = f"snapshot rejected: the database refused its rows ({type(e).__name__})"
-        values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
-        if not _record(engine, row, ended, None, now):
-            return
+    if not _record_or_refuse(engine, row, Ended(outcome, values, digest, not retry), rows, now):
+        return False
     if not retry:
         logger.info(
             "sandbox %s ended %s after %d attempt(s)%s",
@@ -111,6 +103,59 @@ def finish_attempt(
             row.attempt,
             f": {values['error']}" if values["error"] else "",
         )
+        (cleanup or _now)(lambda: archive_and_remove(engine, backend, store, row))
+    return True
+
+
+def _now(work: Callable[[], None]) -> None:
+    work()
+
+
+def _fetch_or_wait(
+    store: ObjectStore, settings: Settings, row: Any, now: datetime
+) -> tuple[Any, str | None, Digest] | None:
+    """The snapshot's rows and why not; None while the store is down (the next pass retries)."""
+    try:
+        fetched = _fetch_snapshot(store, settings, row)
+    except StoreError as e:
+        since = _store_failing_since.setdefault((row.id, row.attempt), now)
+        if now - since < timedelta(seconds=settings.store_retry_s):
+            logger.warning("cannot fetch the snapshot of %s yet (will retry): %s", row.id, e)
+            return None
+        fetched = (
+            None,
+            f"snapshot not aggregated: the store failed for "
+            f"{settings.store_retry_s:.0f} s ({e.message})",
+            None,
+        )
+    _store_failing_since.pop((row.id, row.attempt), None)
+    return fetched
+
+
+def _record_or_refuse(engine: Engine, row: Any, ended: Ended, rows: Any, now: datetime) -> bool:
+    """Record with the snapshot's rows; if the database refuses them, without."""
+    outcome, values = ended.outcome, ended.values
+    try:
+        return _record(engine, row, ended, rows, now)
+    except SQLAlchemyError as e:  # a snapshot the database refuses must not wedge the sandbox
+        if rows is None:
+            raise
+        logger.warning("snapshot of %s could not be loaded: %s", row.id, e)
+        problem = f"snapshot rejected: the database refused its rows ({type(e).__name__})"
+        values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
+        return _record(engine, row, ended, None, now)
+
+
+def archive_and_remove(engine: Engine, backend: Backend, store: ObjectStore, row: Any) -> None:
+    """After the end is recorded: archive the output, point the row at it, remove the sandbox."""
+    key = archive_logs(backend, store, row)
+    if key:
+        with engine.begin() as conn:
+            conn.execute(
+                update(sandboxes)
+                .where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt)
+                .values(log_key=key)
+            )
     _remove(backend, row.id)
 
 
@@ -161,21 +206,33 @@ def _record(engine: Engine, row: Any, ended: Ended, rows: Any, now: datetime) ->
         )
         if rows is not None:
             load_snapshot(conn, row.run_id, row.id, rows)
-        record = attempt_record(
-            sandbox_id=row.id,
-            template_id=row.template_id,
-            attempt=row.attempt,
-            status=outcome.status,
-            exit_code=outcome.exit_code,
-            cost_usd=cost,
-            tokens=tokens,
-            snapshot_sha256=ended.digest[0] if ended.digest else None,
-            snapshot_bytes=ended.digest[1] if ended.digest else None,
+        _chain(conn, row, ended, cost, tokens, now)
+    # Stamped after the commit: what "exit -> recorded" means (benches, metrics).
+    with engine.begin() as conn:
+        conn.execute(
+            update(attempts)
+            .where(attempts.c.sandbox_id == row.id, attempts.c.attempt == row.attempt)
+            .values(recorded_at=datetime.now(UTC))
         )
-        append_entry(conn, row.run_id, record, now)
-        if ended.final:
-            record_observation(conn, row, outcome.status, cost, now)
     return True
+
+
+def _chain(conn: Any, row: Any, ended: Ended, cost: float, tokens: int, now: datetime) -> None:
+    """The attempt's ledger entry, and for a sandbox's last attempt its observation."""
+    record = attempt_record(
+        sandbox_id=row.id,
+        template_id=row.template_id,
+        attempt=row.attempt,
+        status=ended.outcome.status,
+        exit_code=ended.outcome.exit_code,
+        cost_usd=cost,
+        tokens=tokens,
+        snapshot_sha256=ended.digest[0] if ended.digest else None,
+        snapshot_bytes=ended.digest[1] if ended.digest else None,
+    )
+    append_entry(conn, row.run_id, record, now)
+    if ended.final:
+        record_observation(conn, row, ended.outcome.status, cost, now)
 
 
 def _attempt_cost(row: Any, rows: Any) -> tuple[float, int]:

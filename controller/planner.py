@@ -9,19 +9,23 @@ Priorities follow the seed's cost optimiser:
 With a budget, templates are kept cheapest first (by max estimate) while the
 sum of their max estimates stays within it, so the budget holds as many as it
 can; the rest are excluded with the reason. The kept ones keep the priority's order.
+
+A free-text `query` is read by the principal's grammar (`controller.principal.grammar`)
+into the same fields; the plan then carries its `interpretation`. A query that is
+ambiguous or names nothing is refused with the choices, never guessed at.
 """
 
 from __future__ import annotations
 
 import heapq
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from controller.catalog import Catalog, Template
-from controller.errors import InputError, UnknownNameError
+from controller.errors import AmbiguousRequestError, InputError, UnknownNameError
+from controller.principal.grammar import Reading, read_request
 from controller.stages import Stage, check_stages
 
 MAX_WORKERS = 64
@@ -47,6 +51,8 @@ class PlanRequest:
     budget_usd: float | None = None
     priority: Priority = Priority.BALANCED
     max_parallel: int | None = None
+    exclude: tuple[str, ...] = ()  # template ids left out on request ("but not portal-test")
+    max_runtime_s: float | None = None  # templates that may run longer are left out
     stages: tuple[Stage, ...] = ()  # a staged request; else a staged suite named alone
 
 
@@ -69,6 +75,8 @@ class Plan:
     priority: Priority
     budget_usd: float | None
     expensive: tuple[str, ...] = field(default=())
+    max_runtime_s: float | None = None
+    interpretation: dict[str, Any] | None = field(default=None, compare=False)
     stages: tuple[dict[str, Any], ...] = ()  # staged runs: each stage with its estimates
     critical_path: tuple[str, ...] = ()  # the template that ends last, stage by stage
     estimates: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -87,6 +95,8 @@ class Plan:
             "expensive": list(self.expensive),
             "priority": self.priority.value,
             "budget_usd": self.budget_usd,
+            "max_runtime_s": self.max_runtime_s,
+            "interpretation": self.interpretation,
         }
 
 
@@ -98,16 +108,22 @@ def plan(
     `sources` says, per template, where its estimate comes from (`catalog`, or
     `observed (n=…)` when `catalog` carries ranges learnt from earlier runs).
     """
-    request = _apply_query(catalog, request)
+    request, reading = _apply_query(catalog, request)
     stages = _requested_stages(catalog, request)
-    result = _plan_staged(catalog, request, stages) if stages else _plan_flat(catalog, request)
+    result = (
+        _plan_staged(catalog, request, stages)
+        if stages
+        else _plan_flat(catalog, request, reading)
+    )
     return replace(result, estimates=_estimates(catalog, result.selected, sources or {}))
 
 
-def _plan_flat(catalog: Catalog, request: PlanRequest) -> Plan:
-    wanted = _select(catalog, request)
+def _plan_flat(catalog: Catalog, request: PlanRequest, reading: Reading | None) -> Plan:
+    wanted, asked_out = _without_exclusions(_select(catalog, request), request, catalog)
     ordered = _order([catalog.templates[t] for t in wanted], request.priority)
+    ordered, too_long = _fit_runtime(ordered, request.max_runtime_s)
     selected, excluded = _fit_budget(ordered, request.budget_usd)
+    excluded = [*asked_out, *too_long, *excluded]
     max_parallel, max_expensive = _parallelism(selected, request)
     return Plan(
         selected=tuple(t.id for t in selected),
@@ -125,6 +141,8 @@ def _plan_flat(catalog: Catalog, request: PlanRequest) -> Plan:
         priority=request.priority,
         budget_usd=request.budget_usd,
         expensive=tuple(t.id for t in selected if _is_expensive(t)),
+        max_runtime_s=request.max_runtime_s,
+        interpretation=reading.interpretation() if reading else None,
         critical_path=_critical_path(selected),
     )
 
@@ -239,6 +257,46 @@ def _estimates(
     }
 
 
+def _without_exclusions(
+    wanted: list[str], request: PlanRequest, catalog: Catalog
+) -> tuple[list[str], list[Exclusion]]:
+    unknown = [t for t in request.exclude if t not in catalog.templates]
+    if unknown:
+        raise UnknownNameError(
+            f"cannot exclude unknown templates: {', '.join(unknown[:5])}",
+            hint="list them with `simplectl templates`",
+            field="exclude",
+        )
+    left_out = set(request.exclude)
+    kept = [t for t in wanted if t not in left_out]
+    if wanted and not kept:
+        raise InputError(
+            "nothing to run: the exclusions leave out every template named",
+            hint="exclude fewer templates, or name more",
+            field="query",
+        )
+    return kept, [Exclusion(t, "excluded by the request") for t in wanted if t in left_out]
+
+
+def _fit_runtime(
+    ordered: list[Template], limit_s: float | None
+) -> tuple[list[Template], list[Exclusion]]:
+    if limit_s is None:
+        return ordered, []
+    if limit_s <= 0:
+        raise InputError("max_runtime_s must be positive", field="max_runtime_s")
+    kept = [t for t in ordered if t.runtime_s[1] <= limit_s]
+    return kept, [
+        Exclusion(
+            t.id,
+            f"over the runtime limit: it may run {t.runtime_s[1]:g} s, above the "
+            f"{limit_s:g} s limit",
+        )
+        for t in ordered
+        if t.runtime_s[1] > limit_s
+    ]
+
+
 def _select(catalog: Catalog, request: PlanRequest) -> list[str]:
     wanted: dict[str, None] = {}
     for name in request.names:
@@ -274,9 +332,19 @@ def _select(catalog: Catalog, request: PlanRequest) -> list[str]:
     return list(wanted)
 
 
+def longest_first(templates: list[Template]) -> list[Template]:
+    """Longest-processing-time first: by the runtime estimate's max, then its min.
+
+    Launched in this order into P slots (each slot takes the next when it frees),
+    the makespan stays within 4/3 of the optimum and, with many templates, near the
+    lower bound max(longest, total / P). Stable: equal estimates keep their order.
+    """
+    return sorted(templates, key=lambda t: (-t.runtime_s[1], -t.runtime_s[0]))
+
+
 def _order(templates: list[Template], priority: Priority) -> list[Template]:
     if priority is Priority.SPEED:
-        return sorted(templates, key=lambda t: -t.runtime_s[1])
+        return longest_first(templates)
     if priority is Priority.COST:
         return sorted(templates, key=lambda t: t.cost_usd[0])
     cheap = sorted((t for t in templates if not _is_expensive(t)), key=lambda t: t.cost_usd[0])
@@ -342,45 +410,30 @@ def _is_expensive(template: Template) -> bool:
     return template.cost_usd[1] >= EXPENSIVE_USD
 
 
-_NUMBER = r"([0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?)"
-_BUDGET = re.compile(rf"(?:under|below|budget|max|<)\s*\$?\s*{_NUMBER}|\${_NUMBER}")
-_PRIORITY_WORDS = {
-    Priority.SPEED: ("fast", "speed", "quickly", "asap"),
-    Priority.COST: ("cheap", "save money", "cost", "frugal"),
-    Priority.BALANCED: ("balanced",),
-}
-
-
-def _apply_query(catalog: Catalog, request: PlanRequest) -> PlanRequest:
-    """Read a free-text request ("run portal templates under $50, fast") into fields."""
+def _apply_query(catalog: Catalog, request: PlanRequest) -> tuple[PlanRequest, Reading | None]:
+    """Read a free-text request into fields; explicit fields win over the text's."""
     if not request.query:
-        return request
-    text = request.query.lower()
-    suites = list(request.suites)
-    for name in sorted(catalog.suites, key=len, reverse=True):
-        spoken = name.replace("-", "[ -]?")
-        if re.search(rf"\b{spoken}\b", text) and not any(name in s for s in suites):
-            suites.append(name)
-    if re.search(r"\b(everything|all templates|ultra)\b", text):
-        suites = ["ultra"]
-    templates = [t for t in catalog.templates if re.search(rf"\b{t}\b", text)]
-    budget = request.budget_usd
-    match = _BUDGET.search(text)
-    if match and budget is None:
-        budget = float((match.group(1) or match.group(2)).replace(",", ""))
-    priority = request.priority
-    for candidate, words in _PRIORITY_WORDS.items():
-        if any(w in text for w in words):
-            priority = candidate
-            break
+        return request, None
+    reading = read_request(catalog, request.query)
+    explicit = request.names or request.suites or request.templates or request.categories
+    if reading.choices and not explicit:
+        raise AmbiguousRequestError([c.line() for c in reading.choices])
+    if not reading.names_something and not explicit:
+        raise InputError(
+            "nothing to run: the request names no suite, template or category",
+            hint="e.g. 'run quick under $10'; list them with `simplectl templates`",
+            field="query",
+        )
     return PlanRequest(
         names=request.names,
-        suites=tuple(dict.fromkeys(suites)),
-        templates=tuple(dict.fromkeys([*request.templates, *templates])),
+        suites=tuple(dict.fromkeys([*request.suites, *reading.suites])),
+        templates=tuple(dict.fromkeys([*request.templates, *reading.templates])),
         categories=request.categories,
         query=None,
-        budget_usd=budget,
-        priority=priority,
-        max_parallel=request.max_parallel,
+        budget_usd=request.budget_usd if request.budget_usd is not None else reading.budget_usd,
+        priority=Priority(reading.priority) if reading.priority else request.priority,
+        max_parallel=request.max_parallel or reading.max_parallel,
+        exclude=tuple(dict.fromkeys([*request.exclude, *reading.exclude])),
+        max_runtime_s=request.max_runtime_s or reading.max_runtime_s,
         stages=request.stages,
-    )
+    ), reading

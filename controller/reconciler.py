@@ -26,7 +26,8 @@ from controller.alerts import raise_cost_alerts
 from controller.backends.base import Backend, Observed, ObservedState
 from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError
-from controller.finisher import Outcome, archive_logs, finish_attempt
+from controller.exit_path import ExitPath
+from controller.finisher import Outcome, archive_logs
 from controller.launcher import Launcher
 from controller.settings import Settings
 from controller.stages import stages_from_plan
@@ -66,6 +67,8 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         self._background = ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="backend")
         self._stop_sent: dict[tuple[str, int], float] = {}
+        self.exits = ExitPath(engine, backend, store, settings, clock, self.rng, self.kick)
+        backend.listen_for_exits(self._pushed_exit)
         self.passes = 0
 
     def kick(self) -> None:
@@ -82,6 +85,7 @@ class Reconciler:
         if self._thread:
             self._thread.join(timeout=10)
         self._background.shutdown(wait=True)
+        self.exits.shutdown()
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -120,6 +124,8 @@ class Reconciler:
             self._drive_run(run)
 
     def _follow(self, row: Any, seen: Observed | None, cancel: bool) -> None:
+        if self.exits.finishing(row.id, row.attempt):
+            return
         now = self.clock()
         if seen is None:
             if row.stop_reason is not None:  # stopping it may remove it (a deleted Job)
@@ -129,10 +135,7 @@ class Reconciler:
                 self._finish(row, Outcome(SandboxStatus.LOST, None, "the sandbox vanished"))
             return
         if seen.state == ObservedState.EXITED:
-            outcome = classify(row, seen)
-            if seen.exited_at is not None:
-                outcome = replace(outcome, exited_at=datetime.fromtimestamp(seen.exited_at, UTC))
-            self._finish(row, outcome)
+            self._finish(row, exit_outcome(row, seen))
             return
         if row.stop_reason is None:
             if cancel:
@@ -173,23 +176,34 @@ class Reconciler:
 
     def _finish(self, row: Any, outcome: Outcome) -> None:
         self._stop_sent.pop((row.id, row.attempt), None)
-        finish_attempt(
-            self.engine,
-            self.backend,
-            self.store,
-            self.settings,
-            row,
-            outcome,
-            self.clock(),
-            self.rng,
-        )
+        self.exits.finish((row.id, row.attempt), lambda: (row, outcome))
+
+    def _pushed_exit(self, seen: Observed) -> None:
+        """An exit the backend pushed (e.g. Docker's `die` event): record it now, no pass."""
+        self.exits.finish((seen.sandbox_id, seen.attempt), lambda: self._ending(seen))
+
+    def _ending(self, seen: Observed) -> tuple[Any, Outcome] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(sandboxes).where(
+                    sandboxes.c.id == seen.sandbox_id,
+                    sandboxes.c.attempt == seen.attempt,
+                    sandboxes.c.status == SandboxStatus.RUNNING,
+                )
+            ).first()
+        if row is None:  # not ours, already recorded, or a later attempt runs
+            return None
+        self._stop_sent.pop((row.id, row.attempt), None)
+        return row, exit_outcome(row, seen)
 
     def _collect_garbage(
         self, observed: dict[tuple[str, int], Observed], wanted: set[tuple[str, int]]
     ) -> None:
         """Stop and remove what this controller started and no active run wants."""
         for key, seen in observed.items():
-            if key in wanted or not self._ours(seen):
+            if key in wanted or self.exits.cleaning_sandbox(seen.sandbox_id):
+                continue
+            if not self._ours(seen):
                 continue
             logger.info(
                 "removing sandbox %s attempt %d: no active run wants it",
@@ -313,6 +327,8 @@ class Reconciler:
             return
         if any(s in (SandboxStatus.PENDING, SandboxStatus.RUNNING) for s in statuses):
             return
+        if self.exits.cleaning(run.id):  # it ends once every sandbox is archived and removed
+            return
         stages = stages_from_plan(fresh.plan)
         status = run_outcome(
             fresh.cancel_requested,
@@ -326,6 +342,14 @@ class Reconciler:
     def _set_run(self, run_id: str, **values: Any) -> None:
         with self.engine.begin() as conn:
             conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
+
+
+def exit_outcome(row: Any, seen: Observed) -> Outcome:
+    """How an exited sandbox ended, with when the backend saw it end."""
+    outcome = classify(row, seen)
+    if seen.exited_at is not None:
+        outcome = replace(outcome, exited_at=datetime.fromtimestamp(seen.exited_at, UTC))
+    return outcome
 
 
 def classify(row: Any, seen: Observed) -> Outcome:

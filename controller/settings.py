@@ -12,7 +12,9 @@ from sqlalchemy.engine import make_url
 
 BackendName = Literal["process", "docker", "kubernetes"]
 
-REPO_CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalog"
+# The built-in catalog ships inside the package (package-data), so a wheel carries it.
+BUILTIN_CATALOG_DIR = Path(__file__).resolve().parent / "builtin_catalog"
+REPO_CATALOG_DIR = BUILTIN_CATALOG_DIR  # the older name, kept for callers
 
 
 class Settings(BaseSettings):
@@ -50,7 +52,7 @@ class Settings(BaseSettings):
         description="Extra catalog directories (colon-separated), merged over the built-in one.",
     )
     builtin_catalog_dir: Path = Field(
-        REPO_CATALOG_DIR, description="The built-in catalog directory."
+        BUILTIN_CATALOG_DIR, description="The built-in catalog directory (inside the package)."
     )
     api_tokens: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -99,6 +101,28 @@ class Settings(BaseSettings):
         "simple-sandbox", description="ServiceAccount of sandbox Pods."
     )
     kubernetes_job_ttl_s: int = Field(3600, description="ttlSecondsAfterFinished of Jobs.")
+    confirm_above_usd: float = Field(
+        25.0,
+        ge=0,
+        description="The principal (chat) asks before starting a run whose max estimate is "
+        "above this, or that a budget cut short.",
+    )
+    chat_max_conversations: int = Field(
+        1000, ge=1, le=100_000, description="Conversations the principal keeps (oldest go first)."
+    )
+    chat_idle_s: float = Field(
+        3600.0, gt=0, description="A conversation idle this long is dropped."
+    )
+    llm_base_url: str | None = Field(
+        None,
+        description="OpenAI-compatible API (e.g. http://127.0.0.1:11434/v1) the principal may use "
+        "to phrase answers and propose actions; unset = deterministic only.",
+    )
+    llm_model: str = Field("llama3.1", description="Model name sent to SIMPLE_LLM_BASE_URL.")
+    llm_api_key: str | None = Field(None, description="Bearer key for SIMPLE_LLM_BASE_URL.")
+    llm_timeout_s: float = Field(
+        20.0, gt=0, le=300, description="Timeout of one LLM call; then the deterministic answer."
+    )
 
     @field_validator("catalog_dirs", mode="before")
     @classmethod

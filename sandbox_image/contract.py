@@ -68,21 +68,36 @@ LABEL_ATTEMPT = "simple.dev/attempt"
 # or a namespace leave each other's sandboxes alone.
 LABEL_CONTROLLER = "simple.dev/controller"
 
+# The snapshot's contract tables and the SQLite type each column is declared with. The
+# controller reads these columns and nothing else; its allowlist of schema objects and
+# declared types is built from this map (add a table or column here to extend it).
+SNAPSHOT_COLUMN_TYPES: dict[str, dict[str, str]] = {
+    "runs": {
+        "run_id": "TEXT",
+        "template_id": "TEXT",
+        "status": "TEXT",
+        "started_at": "TEXT",
+        "finished_at": "TEXT",
+        "cost_usd": "REAL",
+        "tokens_used": "INTEGER",
+        "llm_calls": "INTEGER",
+        "entities_created": "INTEGER",
+        "timepoints_created": "INTEGER",
+        "mechanisms_used": "TEXT",
+    },
+    "steps": {
+        "run_id": "TEXT",
+        "step": "INTEGER",
+        "duration_ms": "INTEGER",
+        "actions": "INTEGER",
+        "failures": "INTEGER",
+        "cost_usd": "REAL",
+        "tokens": "INTEGER",
+    },
+}
+
 SNAPSHOT_TABLES: dict[str, tuple[str, ...]] = {
-    "runs": (
-        "run_id",
-        "template_id",
-        "status",
-        "started_at",
-        "finished_at",
-        "cost_usd",
-        "tokens_used",
-        "llm_calls",
-        "entities_created",
-        "timepoints_created",
-        "mechanisms_used",
-    ),
-    "steps": ("run_id", "step", "duration_ms", "actions", "failures", "cost_usd", "tokens"),
+    table: tuple(columns) for table, columns in SNAPSHOT_COLUMN_TYPES.items()
 }
 
 SNAPSHOT_SCHEMA_SQL = """

@@ -211,7 +211,7 @@ def test_runs_as_a_view_is_rejected(snapshot) -> None:
     data = snapshot(schema=schema, runs=[], extra_sql="""
         INSERT INTO real_runs (run_id, template_id, status) VALUES ('r1', 't', 'completed');
         CREATE VIEW runs AS SELECT * FROM real_runs;""")
-    assert "no `runs` table" in rejected(data)
+    assert "view `runs`" in rejected(data)
 
 
 @pytest.mark.parametrize(("table", "column", "value"), [
@@ -250,17 +250,36 @@ def test_duplicate_run_ids_are_rejected(snapshot) -> None:
 # --- hostile snapshots -----------------------------------------------------------------
 
 
-def test_triggers_and_views_are_not_run(snapshot) -> None:
-    data = snapshot(extra_sql="""
+# json() is a built-in SQLite does not mark innocuous: with `trusted_schema` off it may not
+# run from a schema (generated column, view, trigger, index); with it on, it would.
+UNSAFE_IN_SCHEMA = "json('[\"M1\"]')"
+
+
+def test_sqlite_refuses_json_in_a_schema_without_trusted_schema() -> None:
+    """The premise of the next test, checked on this SQLite: it fails if SQLite changes."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute(f"CREATE TABLE t (x, y GENERATED ALWAYS AS ({UNSAFE_IN_SCHEMA}) VIRTUAL)")
+    conn.execute("INSERT INTO t (x) VALUES (1)")
+    assert conn.execute("SELECT y FROM t").fetchall() == [('["M1"]',)]
+    conn.execute("PRAGMA trusted_schema=OFF")
+    with pytest.raises(sqlite3.OperationalError, match="unsafe use of json"):
+        conn.execute("SELECT y FROM t").fetchall()
+
+
+@pytest.mark.parametrize("schema_code", [
+    f"CREATE INDEX costly ON steps ({UNSAFE_IN_SCHEMA}, step);",
+    f"CREATE INDEX partial ON runs (run_id) WHERE {UNSAFE_IN_SCHEMA} IS NOT NULL;",
+    f"CREATE TABLE extra (x, y GENERATED ALWAYS AS ({UNSAFE_IN_SCHEMA}) VIRTUAL);",
+])
+def test_a_function_called_from_the_schema_is_refused(snapshot, schema_code: str) -> None:
+    """Schema code (indexes, generated columns) that the reader could run: refused, with
+    triggers and a view alongside. Trusting the schema would read it."""
+    data = snapshot(extra_sql=schema_code + f"""
         CREATE TABLE audit (note TEXT);
         CREATE TRIGGER spy AFTER INSERT ON runs BEGIN INSERT INTO audit VALUES ('fired'); END;
-        CREATE TRIGGER poison BEFORE DELETE ON steps BEGIN SELECT load_extension('/x'); END;
-        CREATE VIEW evil AS SELECT load_extension('/tmp/evil.so') AS x;
-        CREATE INDEX costly ON runs (abs(cost_usd));
+        CREATE VIEW evil AS SELECT {UNSAFE_IN_SCHEMA} AS x;
     """)
-    rows = read_snapshot(data, LIMIT)
-    assert [r["run_id"] for r in rows.runs] == ["r1"]
-    assert len(rows.steps) == 2
+    rejected(data)
 
 
 def test_generated_column_calling_an_unknown_function_is_rejected(snapshot) -> None:

@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import RedirectResponse
 
 from controller import __version__
 from controller.api.errors import install_error_handlers
-from controller.api.routes import accounting, health, runs, sandboxes, stream, templates
+from controller.api.routes import accounting, chat, health, runs, sandboxes, stream, templates
+from controller.principal.assistant import create_principal
 from controller.service import Controller
+from controller.web import access, pages
+from controller.web.security import CsrfGuard
 
 
 def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI:
@@ -31,7 +35,14 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
         description="Runs simulation templates in parallel, one sandbox each.",
     )
     app.state.controller = controller
+    app.state.principal = create_principal(controller)
     install_error_handlers(app)
-    for module in (health, templates, runs, stream, sandboxes, accounting):
+    for module in (health, templates, runs, stream, sandboxes, accounting, chat, access, pages):
         app.include_router(module.router)
+    app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens)
+
+    @app.exception_handler(access.LoginRequired)
+    async def _login_required(_request: Request, exc: access.LoginRequired) -> RedirectResponse:
+        return access.login_redirect(exc.target)
+
     return app

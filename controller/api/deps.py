@@ -6,11 +6,12 @@ import hashlib
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Cookie, Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from controller.errors import UnauthorizedError
 from controller.service import Controller
+from controller.web.security import SESSION_COOKIE, session_valid
 
 
 def get_controller(request: Request) -> Controller:
@@ -30,12 +31,24 @@ api_token_scheme = HTTPBearer(
 BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(api_token_scheme)]
 
 
-def require_api_token(controller: ControllerDep, credentials: BearerCredentials = None) -> None:
-    """Every /v1 route but sandbox events needs a token from SIMPLE_API_TOKENS, if any are set."""
+# The dashboard's session cookie (controller/web): accepted like a token; CsrfGuard checks
+# the state changes made with it.
+SessionCookie = Annotated[str | None, Cookie(alias=SESSION_COOKIE, include_in_schema=False)]
+
+
+def require_api_token(
+    controller: ControllerDep,
+    credentials: BearerCredentials = None,
+    session: SessionCookie = None,
+) -> None:
+    """Every /v1 route but sandbox events needs a token from SIMPLE_API_TOKENS, if any are set
+    (or the dashboard's session cookie, whose state changes CsrfGuard checks)."""
     tokens = controller.settings.api_tokens
     if not tokens:
         return
     token = credentials.credentials.strip() if credentials else ""
+    if not token and session_valid(session, tokens):
+        return
     if not token:
         raise UnauthorizedError(
             "this API needs a token",
@@ -45,6 +58,12 @@ def require_api_token(controller: ControllerDep, credentials: BearerCredentials 
         raise UnauthorizedError(
             "invalid API token", hint="use a token listed in the server's SIMPLE_API_TOKENS"
         )
+
+
+def token_is_valid(token: str | None, controller: Controller) -> bool:
+    """For routes that cannot use the dependency (WebSockets): no tokens set, or a listed one."""
+    tokens = controller.settings.api_tokens
+    return not tokens or (bool(token) and _listed(str(token), tokens))
 
 
 def _listed(token: str, tokens: list[str]) -> bool:

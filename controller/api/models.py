@@ -255,6 +255,30 @@ class Exclusion(_Public):
     reason: str
 
 
+class ReadPhrase(_Public):
+    text: str = Field(description="The words of the request")
+    meaning: str = Field(description="What they became")
+
+
+class ChoicePublic(_Public):
+    key: str = Field(description="A, B, C...")
+    label: str
+    suites: list[str]
+    templates: list[str]
+    count: int = Field(description="How many templates it selects")
+    estimated_cost_usd: list[float] = Field(min_length=2, max_length=2)
+
+
+class Interpretation(_Public):
+    """How a free-text request was read: every phrase, and what was not understood."""
+
+    text: str
+    phrases: list[ReadPhrase]
+    not_understood: list[str] = Field(description="Words that were not read as anything")
+    notes: list[str] = Field(description="Decisions worth knowing, e.g. conflicting values")
+    choices: list[ChoicePublic] = Field(description="Set when the request was ambiguous")
+
+
 class PlanPublic(_Public):
     """What would run (in launch order), what not and why, and what it would cost."""
 
@@ -267,6 +291,12 @@ class PlanPublic(_Public):
     expensive: list[str] = Field(default_factory=list)
     priority: Priority
     budget_usd: float | None
+    max_runtime_s: float | None = Field(
+        None, description="Runtime limit read from the query: longer templates are excluded"
+    )
+    interpretation: Interpretation | None = Field(
+        None, description="How the free-text query was read (null without a query)"
+    )
 
 
 class SandboxPublic(_Public):

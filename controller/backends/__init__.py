@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from controller.errors import ConfigError
+from controller.extras import require_extra
 
 if TYPE_CHECKING:
     from controller.backends.base import Backend, Notify
@@ -18,10 +19,12 @@ def create_backend(settings: Settings, notify: Notify | None = None) -> Backend:
 
         return ProcessBackend(settings, notify)
     if settings.backend == "docker":
+        require_extra("docker", "the docker backend")
         from controller.backends.docker import DockerBackend
 
         return DockerBackend(settings, notify)
     if settings.backend == "kubernetes":
+        require_extra("kubernetes", "the kubernetes backend")
         from controller.backends.kubernetes import KubernetesBackend
 
         return KubernetesBackend(settings, notify)

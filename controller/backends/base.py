@@ -28,6 +28,9 @@ from sandbox_image.contract import (
 Notify = Callable[[], None]
 """Called by a backend when something changed (a sandbox exited) to wake the reconciler."""
 
+ExitListener = Callable[["Observed"], None]
+"""Called by a backend with each exit as soon as it learns of it (pushed, not polled)."""
+
 
 @dataclass(frozen=True)
 class Resources:
@@ -105,6 +108,20 @@ class Backend(ABC):
 
     def __init__(self, notify: Notify | None = None) -> None:
         self._notify: Notify = notify or (lambda: None)
+        self._on_exit: ExitListener | None = None
+
+    def listen_for_exits(self, listener: ExitListener) -> None:
+        """Hand every exit the backend sees as it happens to `listener` (the reconciler's
+        exit path), instead of only waking the next pass."""
+        self._on_exit = listener
+
+    def _exit_seen(self, observed: Observed) -> None:
+        """Report one exit: to the listener when there is one, else wake the reconciler."""
+        listener = self._on_exit
+        if listener is not None:
+            listener(observed)
+        else:
+            self._notify()
 
     @abstractmethod
     def launch(self, spec: SandboxSpec) -> None:

@@ -112,7 +112,7 @@ class DockerBackend(Backend):
         # Exited containers never change: inspect each once, keyed by container id.
         self._exited: dict[str, Observed] = {}
         self._closed = threading.Event()
-        self._watch_events = notify is not None  # nobody to wake: no event stream needed
+        self._watch_events = notify is not None  # nobody to tell: no event stream needed
         self._watcher: threading.Thread | None = None
         self._events: Any = None
 
@@ -149,6 +149,7 @@ class DockerBackend(Backend):
     def launch(self, spec: SandboxSpec) -> None:
         kwargs = self.render(spec)
         client = self._docker()
+        self._start_watcher()  # listening before the container starts: no exit slips by
         try:
             try:
                 container = client.containers.create(**kwargs)
@@ -171,7 +172,6 @@ class DockerBackend(Backend):
             spec.env.attempt,
             container.short_id,
         )
-        self._start_watcher()
 
     def observe(self) -> list[Observed]:
         try:
@@ -299,24 +299,33 @@ class DockerBackend(Backend):
         if cached is not None:
             return cached
         try:
-            info = self._docker().api.inspect_container(summary["Id"])
+            return self._inspect_exit(summary["Id"], sandbox_id, run_id, attempt)
         except NotFound:
             return None  # removed between the list and now
         except (DockerException, requests.RequestException) as e:
             raise self._error(f"inspect sandbox {sandbox_id}", e) from e
-        if info["State"].get("Running"):
+
+    def _inspect_exit(
+        self, container_id: str, sandbox_id: str, run_id: str, attempt: int
+    ) -> Observed:
+        """How an exited container ended, from the engine's state; cached (it never changes)."""
+        info = self._docker().api.inspect_container(container_id)
+        state = info["State"]
+        if state.get("Running"):
             return Observed(sandbox_id, run_id, attempt, ObservedState.RUNNING)
+        labels = (info.get("Config") or {}).get("Labels") or {}
         observed = Observed(
             sandbox_id,
             run_id,
             attempt,
             ObservedState.EXITED,
-            exit_code=int(info["State"].get("ExitCode", -1)),
-            oom_killed=bool(info["State"].get("OOMKilled")),
-            reason=info["State"].get("Error") or None,
-            exited_at=epoch_seconds(info["State"].get("FinishedAt")),
+            exit_code=int(state.get("ExitCode", -1)),
+            oom_killed=bool(state.get("OOMKilled")),
+            reason=state.get("Error") or None,
+            exited_at=epoch_seconds(state.get("FinishedAt")),
+            controller_id=labels.get(LABEL_CONTROLLER),
         )
-        self._exited[summary["Id"]] = observed
+        self._exited[container_id] = observed
         return observed
 
     def _launch_error(self, spec: SandboxSpec, step: str, error: Exception) -> BackendError:
@@ -348,9 +357,10 @@ class DockerBackend(Backend):
             logger.warning("could not remove the failed container of %s: %s", sandbox_id, e)
 
     def _start_watcher(self) -> None:
-        """Wake the reconciler as soon as a managed container dies (engine events)."""
+        """Report each managed container's exit as the engine announces it (`die` events)."""
         with self._lock:
-            if not self._watch_events or self._watcher is not None or self._closed.is_set():
+            wanted = self._watch_events or self._on_exit is not None
+            if not wanted or self._watcher is not None or self._closed.is_set():
                 return
             self._watcher = threading.Thread(
                 target=self._watch_exits, name="docker-backend-events", daemon=True
@@ -358,7 +368,10 @@ class DockerBackend(Backend):
             self._watcher.start()
 
     def _watch_exits(self) -> None:
-        filters = {"type": "container", "event": ["die"], "label": [MANAGED_FILTER]}
+        labels = [MANAGED_FILTER]
+        if self._settings.controller_id:  # only this controller's containers
+            labels.append(f"{LABEL_CONTROLLER}={self._settings.controller_id}")
+        filters = {"type": "container", "event": ["die"], "label": labels}
         while not self._closed.is_set():
             try:
                 events = self._docker().events(decode=True, filters=filters)
@@ -366,9 +379,25 @@ class DockerBackend(Backend):
                 if self._closed.is_set():  # `close` ran before the stream was published
                     events.close()
                     return
-                for _event in events:
-                    self._notify()
+                self._notify()  # a pass catches what died before the stream was up
+                for event in events:
+                    self._report_exit(event)
             except Exception as e:  # the watcher must never die of an engine hiccup
                 if not self._closed.is_set():
                     logger.warning("Docker event stream failed (%s); retrying", e)
             self._closed.wait(EVENTS_RETRY_S)
+
+    def _report_exit(self, event: dict[str, Any]) -> None:
+        """One `die` event: inspect the container once and hand its exit on."""
+        actor = event.get("Actor") or {}
+        attributes = actor.get("Attributes") or {}
+        try:
+            sandbox_id, run_id = attributes[LABEL_SANDBOX_ID], attributes[LABEL_RUN_ID]
+            attempt = int(attributes.get(LABEL_ATTEMPT, 1))
+            observed = self._inspect_exit(actor["ID"], sandbox_id, run_id, attempt)
+        except (KeyError, ValueError, DockerException, requests.RequestException) as e:
+            logger.info("could not read a container's exit (%s); the next pass will", e)
+            self._notify()
+            return
+        if observed.state == ObservedState.EXITED:
+            self._exit_seen(observed)

@@ -98,7 +98,7 @@ class ProcessBackend(Backend):
             self._children[spec.sandbox_id] = child
         threading.Thread(
             target=self._wait,
-            args=(spec.sandbox_id, child),
+            args=(spec.sandbox_id, child, directory),
             daemon=True,
             name=f"wait-{spec.sandbox_id}",
         ).start()
@@ -106,12 +106,16 @@ class ProcessBackend(Backend):
             "launched sandbox %s attempt %d (pid %d)", spec.sandbox_id, spec.env.attempt, child.pid
         )
 
-    def _wait(self, sandbox_id: str, child: subprocess.Popen[bytes]) -> None:
+    def _wait(self, sandbox_id: str, child: subprocess.Popen[bytes], directory: Path) -> None:
         child.wait()
         with self._lock:
             if self._children.get(sandbox_id) is child:
                 del self._children[sandbox_id]
-        self._notify()
+        observed = self._observe_dir(directory)  # the supervisor wrote exit.json before exiting
+        if observed is not None and observed.state == ObservedState.EXITED:
+            self._exit_seen(observed)
+        else:
+            self._notify()
 
     def observe(self) -> list[Observed]:
         seen = []

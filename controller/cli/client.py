@@ -35,7 +35,7 @@ class ApiError(Exception):
 
 
 class ApiClient:
-    """Calls the API on `http` (an httpx.Client or Starlette's TestClient)."""
+    """Calls the API on `http`, an httpx.Client with the server's base URL."""
 
     def __init__(self, http: httpx.Client, attempts: int = 5, base_delay_s: float = 0.5) -> None:
         self.http, self.attempts, self.base_delay_s = http, attempts, base_delay_s

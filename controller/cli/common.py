@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import IntEnum
@@ -16,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from controller.cli.client import ApiClient, ApiError
-from controller.errors import SimpleError
+from controller.errors import MissingExtraError, SimpleError
 from controller.planner import Priority
 from controller.settings import Settings
 
@@ -71,6 +70,8 @@ def errors_to_exit() -> Iterator[None]:
     """Map errors to one clear line and an exit code."""
     try:
         yield
+    except MissingExtraError as e:
+        raise fail(str(e), Exit.USAGE) from None
     except ApiError as e:
         status = e.status or 0
         raise fail(str(e), Exit.USAGE if 400 <= status < 500 else Exit.FAILED) from None
@@ -82,7 +83,7 @@ def errors_to_exit() -> Iterator[None]:
 def api_client(
     server: str | None, token: str | None, catalog: list[Path] | None = None
 ) -> Iterator[ApiClient]:
-    """A client of --server, or of the local controller (no reconciler started)."""
+    """A client of --server, or of a local embedded controller (no reconciler started)."""
     if server:
         if catalog:
             raise fail(
@@ -91,21 +92,16 @@ def api_client(
             )
         yield ApiClient.remote(server, token)
         return
-    with warnings.catch_warnings():  # Starlette nags about httpx; it is what we ship
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from fastapi.testclient import TestClient
+    from controller.cli.embedded import EmbeddedServer
 
-    from controller.api.app import create_app
-    from controller.db.engine import upgrade
-    from controller.service import Controller
-
-    controller = Controller(cli_settings(catalog))
-    upgrade(controller.engine)
-    with TestClient(
-        create_app(controller, manage_lifecycle=False), raise_server_exceptions=False
-    ) as http:
-        yield ApiClient(http)
-    controller.close()
+    with EmbeddedServer(
+        cli_settings(catalog), start_controller=False, session_token=True
+    ) as embedded:
+        client = ApiClient.remote(embedded.url, embedded.token)
+        try:
+            yield client
+        finally:
+            client.http.close()
 
 
 def run_body(

@@ -1,4 +1,4 @@
-"""`simplectl`: run, plan, status, report, logs, cancel, templates, serve, db.
+"""`simplectl`: run, plan, status, report, logs, cancel, templates, ask, chat, serve, db.
 
 Without --server (or SIMPLE_SERVER) commands work on the local embedded
 controller (the data directory in SIMPLE_DATA_DIR, default ./.simple); with it,
@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from controller.cli import accounting, inspect, run
+from controller.cli import accounting, ask, inspect, run
 from controller.cli.common import (
     Catalogs,
     Exit,
@@ -43,6 +43,8 @@ for command in (
     inspect.templates,
     accounting.verify,
     accounting.confirm,
+    ask.ask,
+    ask.chat,
 ):
     app.command()(command)
 
@@ -56,9 +58,8 @@ def serve(
     verbose: Verbose = True,
 ) -> None:
     """Serve the controller API (migrations are applied at start)."""
-    import uvicorn
-
     from controller.api.app import create_app
+    from controller.cli.embedded import docker_listener, listener_settings, serve_app
     from controller.service import Controller
 
     setup_logging(verbose)
@@ -70,13 +71,13 @@ def serve(
     ):
         raise fail(f"refusing to serve on {settings.host} without API tokens", Exit.USAGE) from None
     with errors_to_exit():
+        # docker backend, no network chosen: also listen on the `simple` network's gateway
+        listener = docker_listener(
+            settings, settings.port, bind=settings.host not in ("0.0.0.0", "::")
+        )
+        settings = settings.model_copy(update=listener_settings(settings, listener))
         controller = Controller(settings)
-    uvicorn.run(
-        create_app(controller),
-        host=settings.host,
-        port=settings.port,
-        log_level="info" if verbose else "warning",
-    )
+        serve_app(create_app(controller), settings, listener, "info" if verbose else "warning")
 
 
 @db_app.command("upgrade")

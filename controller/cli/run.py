@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import yaml
@@ -29,6 +29,9 @@ from controller.cli.common import (
     setup_logging,
 )
 from controller.planner import Priority
+
+if TYPE_CHECKING:
+    from controller.cli.embedded import EmbeddedServer
 
 
 def run(
@@ -135,7 +138,11 @@ def _run_embedded(
     from controller.cli.embedded import EmbeddedServer
 
     settings = cli_settings(catalog, backend=backend)
-    with EmbeddedServer(settings) as embedded, api_client(embedded.url, None) as client:
+    with (
+        EmbeddedServer(settings, session_token=True) as embedded,
+        api_client(embedded.url, embedded.token) as client,
+    ):
+        _check_images(embedded, body)
         run_id = _start(client, body, key)
         try:
             final = _wait(client, run_id, quiet=False)
@@ -144,6 +151,22 @@ def _run_embedded(
             client.post(f"/v1/runs/{run_id}/cancel")
             final = _wait(client, run_id, quiet=True)
         return _finish(client, final, as_json, junit, markdown)
+
+
+def _check_images(embedded: EmbeddedServer, body: dict[str, Any]) -> None:
+    """Docker sandboxes never pull: refuse to start when an image the run needs is missing."""
+    if embedded.settings.backend != "docker":
+        return
+    from controller.api.models import RunCreate
+    from controller.backends.docker_network import connect, require_images
+    from controller.planner import plan
+
+    catalog = embedded.controller.catalog
+    the_plan = plan(catalog, RunCreate.model_validate(body).plan_request())
+    default = embedded.settings.default_image
+    require_images(
+        connect(), (catalog.templates[t].image or default for t in the_plan.selected)
+    )
 
 
 def _start(client: ApiClient, body: dict[str, Any], key: str | None) -> str:

@@ -11,6 +11,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from controller.errors import ConfigError, UnavailableError
+from controller.extras import require_extra
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ def create_db_engine(url: str) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if parsed.get_backend_name() == "postgresql":
+        require_extra("postgres", "a PostgreSQL SIMPLE_DATABASE_URL")
         return create_engine(
             url,
             # The API's worker threads, the reconciler and the event writer share the pool.

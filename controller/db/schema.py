@@ -71,6 +71,8 @@ runs = Table(
     Column("confirm_over", Boolean, nullable=False, default=False),  # hold on a cost alert
     Column("hold_reason", Text),  # set while launching waits for a confirmation
     Column("alerts", JSON),  # cost alerts raised, oldest first
+    Index("ix_runs_status", "status"),
+    Index("ix_runs_created_at", "created_at"),
 )
 
 sandboxes = Table(
@@ -103,6 +105,8 @@ sandboxes = Table(
     Column("log_key", String(300)),
     Column("stage", Integer, nullable=False, default=0),  # 0-based stage of a staged run
     Column("cost_alerted", Boolean, nullable=False, default=False),
+    Index("ix_sandboxes_run_id_position", "run_id", "position"),
+    Index("ix_sandboxes_status_run_id", "status", "run_id"),
 )
 
 attempts = Table(
@@ -119,7 +123,8 @@ attempts = Table(
     Column("snapshot_bytes", BigInteger),
     Column("started_at", UTCDateTime()),
     Column("exited_at", UTCDateTime()),  # when the backend saw it end
-    Column("finished_at", UTCDateTime()),  # when the controller had recorded it all
+    Column("finished_at", UTCDateTime()),  # when the controller began recording its end
+    Column("recorded_at", UTCDateTime()),  # when its end and snapshot rows were committed
 )
 
 events = Table(

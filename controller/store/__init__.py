@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from controller.errors import ConfigError
+from controller.extras import require_extra
 
 if TYPE_CHECKING:
     from controller.settings import Settings
@@ -21,6 +22,7 @@ def create_store(settings: Settings) -> ObjectStore:
 
         return LocalStore.from_url(url)
     if scheme == "s3":
+        require_extra("s3", "an s3:// SIMPLE_STORE_URL")
         from controller.store.s3 import S3Store
 
         return S3Store.from_settings(settings)

@@ -81,6 +81,11 @@ def sandbox_logs(sandbox_id: SandboxId, controller: ControllerDep, follow: bool 
         data = controller.store.get(row.log_key)
         if data is not None:
             return PlainTextResponse(data)
+    elif row.status != SandboxStatus.RUNNING:  # ended, its logs not archived yet: still there
+        try:
+            return PlainTextResponse(controller.backend.read_logs(sandbox_id))
+        except NotFoundError:
+            pass
     raise NotFoundError(
         f"no logs for sandbox {sandbox_id} (status {row.status})",
         hint="logs exist once the sandbox has started",

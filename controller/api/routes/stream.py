@@ -7,6 +7,9 @@ Every message's `id` is the id of the last stored event it accounts for, so a
 client that reconnects with `Last-Event-ID` misses no sandbox event, and gets
 the run's current state at once (state is level-triggered: the latest is whole).
 The stream ends with an `end` message once the run is over.
+While the run goes, a `notice` message says when a sandbox needs attention (past
+1.5x its runtime estimate, above its max cost estimate, repeated transient errors;
+see `controller.principal.notices`), once per sandbox and kind per connection.
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path
+from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import StreamingResponse
 from sqlalchemy import Engine, select
 
 from controller.api.deps import Authorized, ControllerDep
 from controller.api.models import ID_PATTERN, StreamedEvent, StreamEnd, error_responses
+from controller.catalog import Catalog
 from controller.db.schema import events
+from controller.principal.notices import run_notices
 from controller.runs import get_run
 from controller.states import ACTIVE_RUN
 
@@ -34,6 +39,7 @@ POLL_S = 0.25
 # later id can be seen first; events settle this long before they are streamed.
 SETTLE_S = 0.5
 KEEPALIVE_S = 15.0
+NOTICE_EVERY_S = 2.0
 BATCH = 500
 
 
@@ -54,10 +60,24 @@ def _message(kind: str, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_NOTICE_SCHEMA = {
+    "type": "object",
+    "required": ["key", "kind", "run_id", "sandbox_id", "template_id", "message"],
+    "properties": {
+        "key": {"type": "string", "description": "kind:sandbox_id, said once per stream"},
+        "kind": {"enum": ["slow", "cost", "errors"]},
+        "run_id": {"type": "string"},
+        "sandbox_id": {"type": "string"},
+        "template_id": {"type": "string"},
+        "message": {"type": "string"},
+    },
+}
+
 _MESSAGE_SCHEMA = {
     "oneOf": [
         _message("run", {"$ref": "#/components/schemas/RunPublic"}),
         _message("sandbox-event", StreamedEvent.model_json_schema()),
+        _message("notice", _NOTICE_SCHEMA),
         _message("end", StreamEnd.model_json_schema(ref_template="#/components/schemas/{model}")),
     ]
 }
@@ -72,6 +92,8 @@ _MESSAGE_SCHEMA = {
             "description": "Server-sent events, each with an `id` (resume with Last-Event-ID): "
             "`run` (the run with its sandboxes, as GET /v1/runs/{run_id}; first, then on "
             "every change), `sandbox-event` (one event a sandbox posted, in stored order), "
+            "`notice` (a sandbox needing attention: slow, over its cost estimate, repeated "
+            "transient errors; once each), "
             "and `end` (`{run_id, status}`, last, once the run is over).",
         },
         **error_responses(401, 404, 422),
@@ -84,19 +106,29 @@ async def stream_run(
         str | None,
         Header(max_length=30, description="The `id` of the last message received"),
     ] = None,
+    after: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=2**63 - 1,
+            description="Start after this message id (for a first connection that has "
+            "seen the run up to it, e.g. a dashboard page); Last-Event-ID wins",
+        ),
+    ] = 0,
 ) -> StreamingResponse:
     """Live run state and sandbox events (SSE); resume with Last-Event-ID."""
     run = await asyncio.to_thread(get_run, controller.engine, run_id)  # 404 before streaming
-    after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+    if last_event_id and last_event_id.isdigit():
+        after = int(last_event_id)
     return StreamingResponse(
-        _messages(controller.engine, run_id, run, after),
+        _messages(controller.engine, run_id, run, after, controller.catalog),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
 async def _messages(
-    engine: Engine, run_id: str, run: dict[str, Any], after: int
+    engine: Engine, run_id: str, run: dict[str, Any], after: int, catalog: Catalog
 ) -> AsyncIterator[bytes]:
     yield b"retry: 1000\n\n"
     # The run's state comes first, so a client (re)connecting sees where it stands at
@@ -104,8 +136,16 @@ async def _messages(
     sent_state = json.dumps(run, sort_keys=True)
     yield _sse("run", after, run)
     idle = 0.0
+    noticed: set[str] = set()
+    next_notice = 0.0
     while True:
         final = run["status"] not in ACTIVE_RUN
+        if not final and asyncio.get_running_loop().time() >= next_notice:
+            next_notice = asyncio.get_running_loop().time() + NOTICE_EVERY_S
+            for notice in await asyncio.to_thread(run_notices, engine, catalog, run_id):
+                if notice["key"] not in noticed and len(noticed) < 10_000:
+                    noticed.add(notice["key"])
+                    yield _sse("notice", after, notice)
         rows = await asyncio.to_thread(_events_after, engine, run_id, after, not final)
         for row in rows:
             after = row["id"]

@@ -1,0 +1,144 @@
+"""The dashboard's session cookie, CSRF tokens, Content-Security-Policy and origin guard.
+
+With SIMPLE_API_TOKENS set, a browser logs in once with a token; the cookie it gets
+holds a digest of that token (never the token), HttpOnly and SameSite=Strict, so
+removing the token from SIMPLE_API_TOKENS ends its sessions too. State-changing
+requests made with the cookie must carry `X-CSRF-Token` (the page's token, derived
+from the session); any state-changing request whose Origin is another site is refused,
+cookie or not, so a web page cannot drive a loopback controller without tokens either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.requests import HTTPConnection
+
+SESSION_COOKIE = "simple_session"
+CSRF_HEADER = "x-csrf-token"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+SESSION_MAX_AGE_S = 7 * 24 * 3600
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+}
+
+
+def session_value(token: str) -> str:
+    """What the cookie holds for a token: a one-way digest, useless as a bearer token."""
+    return hashlib.sha256(b"simple-dashboard-session\0" + token.encode()).hexdigest()
+
+
+def session_valid(value: str | None, tokens: list[str]) -> bool:
+    """Constant time over every configured token."""
+    if not value or not tokens:
+        return False
+    given = value.encode()
+    matched = False
+    for token in tokens:
+        matched |= hmac.compare_digest(given, session_value(token).encode())
+    return matched
+
+
+def csrf_token(session: str | None) -> str:
+    """The CSRF token of a session ('' without one: no cookie, nothing to forge)."""
+    if not session:
+        return ""
+    return hmac.new(session.encode(), b"simple-csrf", hashlib.sha256).hexdigest()
+
+
+def safe_next(target: str | None) -> str:
+    """Where to go after login: a path on this server only (no `//host`, no scheme)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+def cross_origin_reason(conn: HTTPConnection) -> str | None:
+    """Why this state-changing request comes from another site, or None if it does not."""
+    site = conn.headers.get("sec-fetch-site")
+    if site and site not in ("same-origin", "none"):
+        return f"Sec-Fetch-Site is {site}"
+    origin = conn.headers.get("origin")
+    if origin is None:
+        return None
+    host = conn.headers.get("host", "")
+    parts = urlsplit(origin)
+    if origin == "null" or parts.netloc != host or parts.scheme not in ("http", "https"):
+        return f"Origin {origin} is not this server ({host})"
+    return None
+
+
+def csrf_failure(conn: HTTPConnection, method: str, tokens: list[str]) -> str | None:
+    """Why a request must be refused as cross-site, or None. Safe methods always pass."""
+    if method in SAFE_METHODS:
+        return None
+    reason = cross_origin_reason(conn)
+    if reason:
+        return reason
+    session = conn.cookies.get(SESSION_COOKIE)
+    uses_cookie = "authorization" not in conn.headers and session_valid(session, tokens)
+    if uses_cookie:
+        sent = conn.headers.get(CSRF_HEADER, "")
+        if not hmac.compare_digest(sent.encode(), csrf_token(session).encode()):
+            return "the X-CSRF-Token header is missing or wrong"
+    return None
+
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class CsrfGuard:
+    """ASGI middleware: refuse cross-site state changes before any route reads a body."""
+
+    def __init__(self, app: ASGIApp, tokens: Callable[[], list[str]]) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            reason = csrf_failure(HTTPConnection(scope), scope["method"], self.tokens())
+            if reason:
+                await _refuse(send, reason)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _refuse(send: Send, reason: str) -> None:
+    body = json.dumps(
+        {
+            "error": {
+                "code": "cross_site_request",
+                "message": f"refused a cross-site request: {reason}",
+                "hint": "change state from the dashboard's own pages, or use the API with "
+                "an Authorization header",
+                "field": None,
+            }
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 403,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
