@@ -13,12 +13,14 @@ from typing import Any
 from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
+from controller import metrics
 from controller.aggregator import load_snapshot, read_snapshot
 from controller.backends.base import Backend
 from controller.db.schema import attempts, runs, sandboxes
 from controller.errors import SimpleError, SnapshotRejected, StoreError
 from controller.estimates import record_observation
 from controller.ledger import append_entry, attempt_record
+from controller.logs import log_context
 from controller.retry import backoff_s
 from controller.settings import Settings
 from controller.states import SandboxStatus
@@ -62,6 +64,21 @@ def finish_attempt(
     through `cleanup` (a background queue; None: right here). A retry cleans up first,
     because the next attempt reuses the sandbox's name.
     """
+    with log_context(run_id=row.run_id, sandbox_id=row.id, attempt=row.attempt):
+        return _finish_attempt(engine, backend, store, settings, row, outcome, now, rng, cleanup)
+
+
+def _finish_attempt(
+    engine: Engine,
+    backend: Backend,
+    store: ObjectStore,
+    settings: Settings,
+    row: Any,
+    outcome: Outcome,
+    now: datetime,
+    rng: random.Random,
+    cleanup: Cleanup | None,
+) -> bool:
     retry = _should_retry(engine, settings, row, outcome)
     values: dict[str, Any] = {
         "exit_code": outcome.exit_code,
@@ -95,6 +112,7 @@ def finish_attempt(
             values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
     if not _record_or_refuse(engine, row, Ended(outcome, values, digest, not retry), rows, now):
         return False
+    _count_end(backend, outcome, retry)
     if not retry:
         logger.info(
             "sandbox %s ended %s after %d attempt(s)%s",
@@ -107,6 +125,16 @@ def finish_attempt(
     return True
 
 
+def _count_end(backend: Backend, outcome: Outcome, retry: bool) -> None:
+    if retry:
+        metrics.SANDBOX_RETRIES.labels(outcome.status.value).inc()
+    else:
+        metrics.SANDBOX_ENDS.labels(outcome.status.value, backend.name).inc()
+    if outcome.exited_at is not None:
+        elapsed = (datetime.now(UTC) - outcome.exited_at).total_seconds()
+        metrics.EXIT_TO_RECORDED.observe(max(elapsed, 0.0))
+
+
 def _now(work: Callable[[], None]) -> None:
     work()
 
@@ -116,7 +144,8 @@ def _fetch_or_wait(
 ) -> tuple[Any, str | None, Digest] | None:
     """The snapshot's rows and why not; None while the store is down (the next pass retries)."""
     try:
-        fetched = _fetch_snapshot(store, settings, row)
+        with metrics.AGGREGATION.time():
+            fetched = _fetch_snapshot(store, settings, row)
     except StoreError as e:
         since = _store_failing_since.setdefault((row.id, row.attempt), now)
         if now - since < timedelta(seconds=settings.store_retry_s):
@@ -308,4 +337,5 @@ def _remove(backend: Backend, sandbox_id: str) -> None:
     try:
         backend.remove(sandbox_id)
     except SimpleError as e:
+        metrics.backend_error(backend, "remove")
         logger.warning("could not remove sandbox %s (the next pass retries): %s", sandbox_id, e)

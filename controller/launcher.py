@@ -5,16 +5,18 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Engine, insert, update
 
+from controller import metrics
 from controller.backends.base import Backend, Resources, SandboxSpec
 from controller.db.schema import attempts, sandboxes
 from controller.errors import BackendError, SimpleError
 from controller.finisher import Outcome, finish_attempt
+from controller.logs import log_context
 from controller.settings import Settings
 from controller.states import SandboxStatus
 from controller.store.base import ObjectStore, input_key, snapshot_key
@@ -116,9 +118,16 @@ class Launcher:
 
     def start(self, claim: Claim, now: datetime, rng: random.Random) -> bool:
         """Ask the backend to start a claimed attempt; a refusal ends the attempt."""
+        row = claim.row
+        with log_context(run_id=row.run_id, sandbox_id=row.id, attempt=row.attempt):
+            return self._start(claim, now, rng)
+
+    def _start(self, claim: Claim, now: datetime, rng: random.Random) -> bool:
         try:
             self.backend.launch(claim.spec)
+            metrics.LAUNCH_LATENCY.observe(max((datetime.now(UTC) - now).total_seconds(), 0.0))
         except BackendError as e:
+            metrics.backend_error(self.backend, "launch")
             row = claim.row
             logger.warning("launch of sandbox %s attempt %d failed: %s", row.id, row.attempt, e)
             finish_attempt(

@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select, update
 
+from controller import metrics
 from controller.alerts import raise_cost_alerts
 from controller.backends.base import Backend, Observed, ObservedState
 from controller.db.schema import runs, sandboxes
@@ -29,6 +30,7 @@ from controller.errors import SimpleError
 from controller.exit_path import ExitPath
 from controller.finisher import Outcome, archive_logs
 from controller.launcher import Launcher
+from controller.logs import log_context
 from controller.settings import Settings
 from controller.stages import stages_from_plan
 from controller.staging import launchable_stage, staged_outcome
@@ -102,7 +104,11 @@ class Reconciler:
     def reconcile_once(self) -> None:
         """One level-triggered pass over every active run."""
         self.passes += 1
-        observed = {(o.sandbox_id, o.attempt): o for o in self.backend.observe()}
+        try:
+            observed = {(o.sandbox_id, o.attempt): o for o in self.backend.observe()}
+        except SimpleError:
+            metrics.backend_error(self.backend, "observe")
+            raise
         with self.engine.connect() as conn:
             active = conn.execute(select(runs).where(runs.c.status.in_(list(ACTIVE_RUN)))).all()
             rows = (
@@ -118,7 +124,8 @@ class Reconciler:
         cancelled = {r.id for r in active if r.cancel_requested}
         for row in rows:
             if row.status == SandboxStatus.RUNNING:
-                self._follow(row, observed.get((row.id, row.attempt)), row.run_id in cancelled)
+                with log_context(run_id=row.run_id, sandbox_id=row.id, attempt=row.attempt):
+                    self._follow(row, observed.get((row.id, row.attempt)), row.run_id in cancelled)
         self._collect_garbage(observed, wanted)
         for run in active:
             self._drive_run(run)
@@ -172,6 +179,7 @@ class Reconciler:
         try:
             self.backend.stop(sandbox_id)
         except SimpleError as e:
+            metrics.backend_error(self.backend, "stop")
             logger.warning("could not stop sandbox %s (will retry): %s", sandbox_id, e)
 
     def _finish(self, row: Any, outcome: Outcome) -> None:
@@ -215,6 +223,7 @@ class Reconciler:
                     self.backend.stop(seen.sandbox_id)
                 self.backend.remove(seen.sandbox_id)
             except SimpleError as e:
+                metrics.backend_error(self.backend, "remove")
                 logger.warning("could not remove sandbox %s: %s", seen.sandbox_id, e)
 
     def _ours(self, seen: Observed) -> bool:
@@ -309,12 +318,14 @@ class Reconciler:
 
     def _skip(self, sandbox_id: str, reason: str) -> None:
         with self.engine.begin() as conn:
-            conn.execute(
+            skipped = conn.execute(
                 update(sandboxes)
                 .where(sandboxes.c.id == sandbox_id, sandboxes.c.status == SandboxStatus.PENDING)
                 .values(status=SandboxStatus.SKIPPED, error=reason, finished_at=self.clock())
-            )
-        logger.info("skipped sandbox %s: %s", sandbox_id, reason)
+            ).rowcount
+        if skipped:
+            metrics.SANDBOX_ENDS.labels(SandboxStatus.SKIPPED.value, self.backend.name).inc()
+        logger.info("skipped sandbox %s: %s", sandbox_id, reason, extra={"sandbox_id": sandbox_id})
 
     def _maybe_finish_run(self, run: Any) -> None:
         with self.engine.connect() as conn:

@@ -10,7 +10,17 @@ from fastapi.responses import RedirectResponse
 
 from controller import __version__
 from controller.api.errors import install_error_handlers
-from controller.api.routes import accounting, chat, health, runs, sandboxes, stream, templates
+from controller.api.routes import (
+    accounting,
+    chat,
+    health,
+    metrics,
+    runs,
+    sandboxes,
+    stream,
+    templates,
+)
+from controller.logs import RequestContextMiddleware
 from controller.principal.assistant import create_principal
 from controller.service import Controller
 from controller.web import access, pages
@@ -36,8 +46,10 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     )
     app.state.controller = controller
     app.state.principal = create_principal(controller)
+    app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
-    for module in (health, templates, runs, stream, sandboxes, accounting, chat, access, pages):
+    routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access, pages)
+    for module in routers:
         app.include_router(module.router)
     app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens)
 

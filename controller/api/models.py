@@ -203,7 +203,9 @@ ERROR_DESCRIPTIONS = {
     413: "The upload is over the size limit",
     422: "The request does not fit the schema, or names what the catalog does not have; "
     "`error.field` names the offending field",
-    503: "A dependency (database, store, backend) is unavailable; retry later",
+    429: "Busy: the event queue is full; nothing was stored; send again after Retry-After",
+    503: "A dependency (database, store, backend) is unavailable; retry later "
+    "(events: after Retry-After)",
 }
 
 

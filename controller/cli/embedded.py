@@ -89,16 +89,21 @@ def serve_app(
     app: ASGIApp, settings: Settings, listener: SandboxListener | None, log_level: str
 ) -> None:
     """`simplectl serve`: uvicorn on settings.host:port, and on the sandbox listener if any
-    (where only the sandbox routes answer)."""
+    (where only the sandbox routes answer). uvicorn's own lines go through our root handler
+    (log_config=None): one format (SIMPLE_LOG_FORMAT), redacted."""
     if listener is None:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level)
+        uvicorn.run(
+            app, host=settings.host, port=settings.port, log_level=log_level, log_config=None
+        )
         return
     logger.info("sandboxes reach the controller at %s (sandbox routes only)", listener.url)
     guarded = SandboxOnlyAddresses(app, [listener.address])
     if listener.sock is None:  # the main listener (0.0.0.0) covers the gateway address
-        uvicorn.run(guarded, host=settings.host, port=settings.port, log_level=log_level)
+        uvicorn.run(
+            guarded, host=settings.host, port=settings.port, log_level=log_level, log_config=None
+        )
         return
-    server = uvicorn.Server(uvicorn.Config(guarded, log_level=log_level))
+    server = uvicorn.Server(uvicorn.Config(guarded, log_level=log_level, log_config=None))
     server.run(sockets=[bound_socket(settings.host, settings.port), listener.sock])
 
 

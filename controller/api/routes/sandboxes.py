@@ -10,6 +10,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy import select
 
+from controller import metrics
 from controller.api.deps import Authorized, ControllerDep
 from controller.api.models import (
     EventBatch,
@@ -109,7 +110,7 @@ def _follow(controller: Any, sandbox_id: str) -> Iterator[bytes]:
 @router.post(
     "/{sandbox_id}/events",
     response_model=EventsAccepted,
-    responses=error_responses(400, 401, 403, 409, 503),
+    responses=error_responses(400, 401, 403, 409, 429, 503),
 )
 async def post_events(
     sandbox_id: SandboxId,
@@ -132,8 +133,15 @@ async def post_events(
         return answer_without_storing(incoming)
     writer: EventWriter | None = getattr(state, "event_writer", None)
     if writer is None or writer.engine is not controller.engine:
-        writer = state.event_writer = EventWriter(controller.engine)
-    return await asyncio.wrap_future(writer.submit(incoming))
+        settings = controller.settings
+        writer = state.event_writer = EventWriter(
+            controller.engine, settings.ingest_queue_max_events, settings.ingest_retry_after_s
+        )
+    try:
+        return await asyncio.wrap_future(writer.submit(incoming))
+    except SimpleError as e:
+        metrics.EVENTS_REJECTED.labels(str(e.status_code)).inc()
+        raise
 
 
 @router.put(
