@@ -18,6 +18,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from controller.batches import (
+    ENTRYPOINT,
+    MAX_BATCH_SIZE,
+    WorkItem,
+    check_items,
+    read_items_file,
+)
 from controller.errors import CatalogError, InputError, UnknownNameError
 from controller.quantities import memory_bytes, nano_cpus
 from controller.stages import Stage, StagedSuiteModel, check_stages, parse_policy
@@ -79,6 +86,21 @@ class TemplateModel(BaseModel):
     image: str | None = None
     command: list[str] | None = None
     config: dict[str, Any] = Field(default_factory=dict)
+    items: list[Any] | None = Field(
+        None, description='Batch template: a list of {"item_id", "data"}')
+    items_file: str | None = Field(
+        None, description="Batch template: a JSON Lines file of items beside the catalog file")
+    batch_size: int | None = Field(
+        None, ge=1, le=MAX_BATCH_SIZE, strict=True, description="Items per sandbox at most")
+    entrypoint: str | None = Field(
+        None, description="module:function called with each item's data")
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint(cls, value: str | None) -> str | None:
+        if value is not None and not ENTRYPOINT.match(value):
+            raise ValueError(f"{value!r} must be module:function, e.g. evals.check:run")
+        return value
 
     @field_validator("id")
     @classmethod
@@ -127,6 +149,9 @@ class Template:
     command: tuple[str, ...] | None
     config: dict[str, Any] = field(hash=False, compare=False)
     source: str = ""
+    items: tuple[WorkItem, ...] = field(default=(), hash=False, compare=False)
+    batch_size: int | None = None
+    entrypoint: str | None = None
 
     def public(self) -> dict[str, Any]:
         """The template as the API shows it."""
@@ -142,6 +167,9 @@ class Template:
             "image": self.image,
             "command": list(self.command) if self.command else None,
             "config": self.config,
+            "items": len(self.items) or None,
+            "batch_size": self.batch_size,
+            "entrypoint": self.entrypoint,
         }
 
 
@@ -236,11 +264,34 @@ def _load_file(path: Path) -> tuple[list[Template], dict[str, list[str] | Staged
                 f"{path}: template {model.id!r}: field 'id': duplicate id in this file"
             )
         seen.add(model.id)
-        result.append(_to_template(model, str(path)))
+        result.append(_to_template(model, str(path), _template_items(model, path)))
     return result, parsed.suites
 
 
-def _to_template(model: TemplateModel, source: str) -> Template:
+def _template_items(model: TemplateModel, path: Path) -> tuple[WorkItem, ...]:
+    where = f"{path}: template {model.id!r}"
+    if model.items is not None and model.items_file is not None:
+        raise CatalogError(f"{where}: fields 'items' and 'items_file' exclude each other",
+                           hint="keep one of them", field="items")
+    try:
+        if model.items is not None:
+            return check_items(model.items, where)
+        if model.items_file is not None:
+            file = (path.parent / model.items_file).resolve()
+            if not file.is_relative_to(path.parent.resolve()):
+                raise CatalogError(f"{where}: field 'items_file': {model.items_file!r} is "
+                                   "outside the catalog directory", field="items_file")
+            return read_items_file(file)
+    except CatalogError:
+        raise
+    except InputError as e:
+        raise CatalogError(f"{where}: field 'items': {e.message}", hint=e.hint,
+                           field="items") from e
+    return ()
+
+
+def _to_template(model: TemplateModel, source: str, items: tuple[WorkItem, ...] = ()
+                 ) -> Template:
     return Template(
         id=model.id,
         category=model.category,
@@ -256,6 +307,9 @@ def _to_template(model: TemplateModel, source: str) -> Template:
         command=tuple(model.command) if model.command else None,
         config=model.config,
         source=source,
+        items=items,
+        batch_size=model.batch_size,
+        entrypoint=model.entrypoint,
     )
 
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Engine, insert, update
+from sqlalchemy import Engine, func, insert, update
 
 from controller import metrics
 from controller.backends.base import Backend, Resources, SandboxSpec
 from controller.db.schema import attempts, sandboxes
-from controller.errors import BackendError, SimpleError
+from controller.errors import BackendError, SimpleError, StoreError
 from controller.finisher import Outcome, finish_attempt
+from controller.inputs import prepare_inputs
 from controller.logs import log_context
 from controller.settings import Settings
 from controller.states import SandboxStatus
@@ -117,18 +118,20 @@ class Launcher:
             )
 
     def start(self, claim: Claim, now: datetime, rng: random.Random) -> bool:
-        """Ask the backend to start a claimed attempt; a refusal ends the attempt."""
+        """Prepare the attempt's inputs and ask the backend to start it; a refusal ends it."""
         row = claim.row
         with log_context(run_id=row.run_id, sandbox_id=row.id, attempt=row.attempt):
             return self._start(claim, now, rng)
 
     def _start(self, claim: Claim, now: datetime, rng: random.Random) -> bool:
+        row = claim.row
         try:
-            self.backend.launch(claim.spec)
+            spec = self._with_inputs(claim)
+            self.backend.launch(spec)
             metrics.LAUNCH_LATENCY.observe(max((datetime.now(UTC) - now).total_seconds(), 0.0))
-        except BackendError as e:
-            metrics.backend_error(self.backend, "launch")
-            row = claim.row
+        except (BackendError, StoreError) as e:
+            if isinstance(e, BackendError):
+                metrics.backend_error(self.backend, "launch")
             logger.warning("launch of sandbox %s attempt %d failed: %s", row.id, row.attempt, e)
             finish_attempt(
                 self.engine,
@@ -142,6 +145,32 @@ class Launcher:
             )
             return False
         return True
+
+    def _with_inputs(self, claim: Claim) -> SandboxSpec:
+        """The spec with SIMPLE_ITEMS_URL / SIMPLE_RESUME_URL, recorded on the attempt."""
+        row, spec = claim.row, claim.spec
+        if not row.spec.get("items") and row.attempt == 1:
+            return spec
+        inputs = prepare_inputs(self.store, self.settings, row, row.attempt, row.token_hash)
+        checkpoint = inputs.checkpoint
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(attempts)
+                .where(attempts.c.sandbox_id == row.id, attempts.c.attempt == row.attempt)
+                .values(resumed_from_step=checkpoint.step if checkpoint else None,
+                        resume_note=inputs.note)
+            )
+            if checkpoint is not None:  # the resumed attempt reports the restored cost again
+                conn.execute(
+                    update(sandboxes)
+                    .where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt)
+                    .values(prior_cost_usd=func.max(
+                        sandboxes.c.prior_cost_usd - checkpoint.cost_usd, 0.0)
+                        if conn.dialect.name == "sqlite" else func.greatest(
+                        sandboxes.c.prior_cost_usd - checkpoint.cost_usd, 0.0))
+                )
+        env = replace(spec.env, items_url=inputs.items_url, resume_url=inputs.resume_url)
+        return replace(spec, env=env)
 
     def build_spec(
         self, run_id: str, row: Any, attempt: int, token: str, token_hash: str

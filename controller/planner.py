@@ -23,10 +23,11 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from controller.batches import WorkItem, check_batch_size, split
 from controller.catalog import Catalog, Template
 from controller.errors import AmbiguousRequestError, InputError, UnknownNameError
 from controller.principal.grammar import Reading, read_request
-from controller.stages import Stage, check_stages
+from controller.stages import Stage
 
 MAX_WORKERS = 64
 COST_PRIORITY_PARALLEL = 2
@@ -51,9 +52,11 @@ class PlanRequest:
     budget_usd: float | None = None
     priority: Priority = Priority.BALANCED
     max_parallel: int | None = None
+    items: tuple[WorkItem, ...] | None = None  # ad-hoc items for the one template named
+    batch_size: int | None = None
+    stages: tuple[Stage, ...] = ()  # a staged request; else a staged suite named alone
     exclude: tuple[str, ...] = ()  # template ids left out on request ("but not portal-test")
     max_runtime_s: float | None = None  # templates that may run longer are left out
-    stages: tuple[Stage, ...] = ()  # a staged request; else a staged suite named alone
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class Plan:
     priority: Priority
     budget_usd: float | None
     expensive: tuple[str, ...] = field(default=())
+    batches: tuple[BatchPlan, ...] = field(default=())
     max_runtime_s: float | None = None
     interpretation: dict[str, Any] | None = field(default=None, compare=False)
     stages: tuple[dict[str, Any], ...] = ()  # staged runs: each stage with its estimates
@@ -86,6 +90,7 @@ class Plan:
             "stages": list(self.stages),
             "critical_path": list(self.critical_path),
             "estimates": self.estimates,
+            "batches": [b.to_dict() for b in self.batches],
             "selected": list(self.selected),
             "excluded": [{"template_id": e.template_id, "reason": e.reason} for e in self.excluded],
             "estimated_cost_usd": list(self.estimated_cost_usd),
@@ -100,27 +105,83 @@ class Plan:
         }
 
 
+@dataclass(frozen=True)
+class BatchPlan:
+    """How a batch template's items split into sandboxes."""
+
+    template_id: str
+    batch_size: int
+    sizes: tuple[int, ...]  # items per sandbox, in launch order
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"template_id": self.template_id, "items": sum(self.sizes),
+                "batch_size": self.batch_size, "sandboxes": len(self.sizes),
+                "items_per_sandbox": [min(self.sizes), max(self.sizes)]}
+
+
+def with_items(catalog: Catalog, request: PlanRequest, template_id: str) -> Template:
+    """The template with the request's ad-hoc items and batch size applied."""
+    template = catalog.templates[template_id]
+    items = template.items if request.items is None else request.items
+    if not items:
+        return template
+    return replace(template, items=items,
+                   batch_size=check_batch_size(request.batch_size or template.batch_size))
+
+
+def item_batches(template: Template) -> list[tuple[WorkItem, ...]]:
+    """The template's items split into sandboxes; [] for a template without items."""
+    return split(template.items, check_batch_size(template.batch_size))
+
+
+def _batch_plans(templates: list[Template]) -> tuple[BatchPlan, ...]:
+    return tuple(
+        BatchPlan(t.id, check_batch_size(t.batch_size), tuple(len(b) for b in item_batches(t)))
+        for t in templates if t.items)
+
+
+def _per_sandbox(templates: list[Template], index: int) -> list[float]:
+    """Runtime estimates per sandbox, launch order; a batch's scale with its items."""
+    return [t.runtime_s[index] * (len(batch) if t.items else 1)
+            for t in templates for batch in (item_batches(t) if t.items else [()])]
+
+
+def _scaled(template: Template) -> Template:
+    """A batch template's estimates are per item: the whole template's scale with them."""
+    if not template.items:
+        return template
+    n = len(template.items)
+    return replace(template, cost_usd=(template.cost_usd[0] * n, template.cost_usd[1] * n))
+
+
+def _check_items_request(wanted: list[str], request: PlanRequest) -> None:
+    if request.items is not None and len(wanted) != 1:
+        raise InputError(f"items were given for {len(wanted)} templates; name exactly one",
+                         hint="e.g. `simplectl run TEMPLATE --items FILE`", field="items")
+
+
 def plan(
     catalog: Catalog, request: PlanRequest, sources: Mapping[str, str] | None = None
 ) -> Plan:
-    """Select, order and size a run from the catalog.
+    """Select, order and size a run from the catalog; a staged one stage by stage.
 
     `sources` says, per template, where its estimate comes from (`catalog`, or
     `observed (n=…)` when `catalog` carries ranges learnt from earlier runs).
     """
+    from controller.stage_plan import estimates, plan_staged, requested_stages
+
     request, reading = _apply_query(catalog, request)
-    stages = _requested_stages(catalog, request)
-    result = (
-        _plan_staged(catalog, request, stages)
-        if stages
-        else _plan_flat(catalog, request, reading)
-    )
-    return replace(result, estimates=_estimates(catalog, result.selected, sources or {}))
+    stages = requested_stages(catalog, request)
+    result = plan_staged(catalog, request, stages) if stages else _plan_flat(catalog, request)
+    result = replace(result, interpretation=reading.interpretation() if reading else None)
+    return replace(result, estimates=estimates(catalog, result.selected, sources or {}))
 
 
-def _plan_flat(catalog: Catalog, request: PlanRequest, reading: Reading | None) -> Plan:
+def _plan_flat(catalog: Catalog, request: PlanRequest) -> Plan:
     wanted, asked_out = _without_exclusions(_select(catalog, request), request, catalog)
-    ordered = _order([catalog.templates[t] for t in wanted], request.priority)
+    _check_items_request(wanted, request)
+    templates = [_scaled(with_items(catalog, request, t)) for t in wanted]
+    ordered = _order(templates, request.priority)
     ordered, too_long = _fit_runtime(ordered, request.max_runtime_s)
     selected, excluded = _fit_budget(ordered, request.budget_usd)
     excluded = [*asked_out, *too_long, *excluded]
@@ -133,128 +194,23 @@ def _plan_flat(catalog: Catalog, request: PlanRequest, reading: Reading | None) 
             round(sum(t.cost_usd[1] for t in selected), 2),
         ),
         estimated_runtime_s=(
-            _makespan([t.runtime_s[0] for t in selected], max_parallel),
-            _makespan([t.runtime_s[1] for t in selected], max_parallel),
+            _makespan(_per_sandbox(selected, 0), max_parallel),
+            _makespan(_per_sandbox(selected, 1), max_parallel),
         ),
+        batches=_batch_plans(selected),
         max_parallel=max_parallel,
         max_parallel_expensive=max_expensive,
         priority=request.priority,
         budget_usd=request.budget_usd,
         expensive=tuple(t.id for t in selected if _is_expensive(t)),
         max_runtime_s=request.max_runtime_s,
-        interpretation=reading.interpretation() if reading else None,
-        critical_path=_critical_path(selected),
+        critical_path=critical_path(selected),
     )
 
 
-def _requested_stages(catalog: Catalog, request: PlanRequest) -> tuple[Stage, ...]:
-    """The request's stages, or a staged suite's when it is the only thing named."""
-    if request.stages:
-        if request.names or request.suites or request.templates or request.categories:
-            raise InputError(
-                "a request with `stages` names its templates there only",
-                hint="move names, suites, templates and categories into the stages",
-                field="stages",
-            )
-        try:
-            check_stages(request.stages, "request")
-        except ValueError as e:
-            raise InputError(str(e), field="stages") from None
-        for stage in request.stages:
-            for template_id in stage.templates:
-                catalog.template(template_id)
-        return request.stages
-    named = [*request.names, *request.suites]
-    staged = [n for n in named if n in catalog.staged]
-    if not staged:
-        return ()
-    if len(named) > 1 or request.templates or request.categories:
-        raise InputError(
-            f"staged suite {staged[0]!r} must be run on its own",
-            hint="name only the staged suite, or send `stages` in the request",
-            field="suites",
-        )
-    return catalog.staged[staged[0]]
-
-
-def _plan_staged(catalog: Catalog, request: PlanRequest, stages: tuple[Stage, ...]) -> Plan:
-    """Each stage ordered by the priority; the budget over all; runtime along the stages."""
-    ordered = [
-        _order([catalog.templates[t] for t in stage.templates], request.priority)
-        for stage in stages
-    ]
-    selected, excluded = _fit_budget([t for group in ordered for t in group], request.budget_usd)
-    kept = {t.id for t in selected}
-    groups = [[t for t in group if t.id in kept] for group in ordered]
-    for index, (stage, group) in enumerate(zip(stages, groups, strict=True)):
-        if not group or (stage.policy.quorum or 0) > len(group):
-            raise InputError(
-                f"stage {index} keeps {len(group)} templates within the budget, too few for "
-                f"its policy ({stage.policy.describe()})",
-                hint="raise budget_usd or change the stage",
-                field="budget_usd",
-            )
-    max_parallel, max_expensive = _parallelism(max(groups, key=len), request)
-    described: list[dict[str, Any]] = []
-    for index, (stage, group) in enumerate(zip(stages, groups, strict=True)):
-        described.append(
-            {
-                "index": index,
-                "templates": [t.id for t in group],
-                "policy": stage.policy.public(),
-                "estimated_cost_usd": list(_cost(group)),
-                "estimated_runtime_s": list(_runtime(group, max_parallel)),
-            }
-        )
-    return Plan(
-        selected=tuple(t.id for t in selected),
-        excluded=tuple(excluded),
-        estimated_cost_usd=_cost(selected),
-        estimated_runtime_s=(
-            round(sum(s["estimated_runtime_s"][0] for s in described), 3),
-            round(sum(s["estimated_runtime_s"][1] for s in described), 3),
-        ),
-        max_parallel=max_parallel,
-        max_parallel_expensive=max_expensive,
-        priority=request.priority,
-        budget_usd=request.budget_usd,
-        expensive=tuple(t.id for t in selected if _is_expensive(t)),
-        stages=tuple(described),
-        critical_path=tuple(p for group in groups for p in _critical_path(group)),
-    )
-
-
-def _cost(templates: list[Template]) -> tuple[float, float]:
-    return (
-        round(sum(t.cost_usd[0] for t in templates), 2),
-        round(sum(t.cost_usd[1] for t in templates), 2),
-    )
-
-
-def _runtime(templates: list[Template], slots: int) -> tuple[float, float]:
-    return (
-        _makespan([t.runtime_s[0] for t in templates], slots),
-        _makespan([t.runtime_s[1] for t in templates], slots),
-    )
-
-
-def _critical_path(templates: list[Template]) -> tuple[str, ...]:
+def critical_path(templates: list[Template]) -> tuple[str, ...]:
     """The template that ends last (longest max runtime): what the run waits for."""
     return (max(templates, key=lambda t: t.runtime_s[1]).id,) if templates else ()
-
-
-def _estimates(
-    catalog: Catalog, selected: tuple[str, ...], sources: Mapping[str, str]
-) -> dict[str, dict[str, Any]]:
-    """Per selected template, the estimate planned with and where it comes from."""
-    return {
-        t: {
-            "cost_usd": list(catalog.templates[t].cost_usd),
-            "runtime_s": list(catalog.templates[t].runtime_s),
-            "estimate_source": sources.get(t, "catalog"),
-        }
-        for t in selected
-    }
 
 
 def _without_exclusions(
@@ -380,7 +336,7 @@ def _fit_budget(
 
 
 def _parallelism(selected: list[Template], request: PlanRequest) -> tuple[int, int | None]:
-    count = max(len(selected), 1)
+    count = max(sum(len(item_batches(t)) if t.items else 1 for t in selected), 1)
     if request.max_parallel is not None and request.max_parallel < 1:
         raise InputError("max_parallel must be at least 1", field="max_parallel")
     if request.priority is Priority.SPEED:
@@ -388,7 +344,8 @@ def _parallelism(selected: list[Template], request: PlanRequest) -> tuple[int, i
     elif request.priority is Priority.COST:
         chosen, expensive = min(count, COST_PRIORITY_PARALLEL), None
     else:
-        cheap = sum(1 for t in selected if not _is_expensive(t))
+        cheap = sum(len(item_batches(t)) if t.items else 1
+                    for t in selected if not _is_expensive(t))
         chosen, expensive = min(max(cheap, 1), MAX_WORKERS), 1
     if request.max_parallel is not None:  # an explicit choice wins over the priority's
         chosen = min(count, request.max_parallel)

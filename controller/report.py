@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Engine, select, text
 
 from controller.db.schema import attempts, runs, sandboxes
 from controller.errors import NotFoundError
+from controller.item_results import EMPTY, add_counts, item_counts, steps_recorded
 from controller.ledger import ledger_head
 from controller.states import FAILED_SANDBOX, SandboxStatus
 
@@ -68,6 +69,8 @@ def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
         by_template = _rows(conn, _BY_TEMPLATE_SQL.format(collate=_COLLATE[dialect]), params)
         by_mechanism = _rows(conn, _BY_MECHANISM_SQL[dialect], params)
         head = ledger_head(conn, run_id)
+        items = item_counts(conn, run_id)
+        steps = steps_recorded(conn, run_id)
     return build_report(
         run._asdict(),
         [r._asdict() for r in rows],
@@ -75,6 +78,8 @@ def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
         by_sandbox,
         by_template,
         by_mechanism,
+        items,
+        steps,
         head,
     )
 
@@ -98,6 +103,8 @@ def build_report(
     by_sandbox: dict[str, tuple[Any, ...]],
     by_template: list[tuple[Any, ...]],
     by_mechanism: list[tuple[Any, ...]],
+    items: dict[str, dict[str, int]] | None = None,
+    steps: dict[str, int] | None = None,
     head: str | None = None,
 ) -> dict[str, Any]:
     """The JSON report of docs/architecture.md, from query rows. Pure."""
@@ -111,7 +118,14 @@ def build_report(
         "plan": run["plan"],
         "ledger_head": head,
         "alerts": run.get("alerts") or [],
-        "sandboxes": [_sandbox_row(s, by_sandbox.get(s["id"])) for s in sandbox_rows],
+        "sandboxes": [
+            {
+                **_sandbox_row(s, by_sandbox.get(s["id"])),
+                "items": (items or {}).get(s["id"], EMPTY),
+                "steps_recorded": (steps or {}).get(s["id"], 0),
+            }
+            for s in sandbox_rows
+        ],
         "totals": {
             "sandboxes": len(sandbox_rows),
             "succeeded": statuses.count(SandboxStatus.SUCCEEDED),
@@ -125,6 +139,7 @@ def build_report(
             "timepoints_created": int(totals[4]),
             "mechanisms_covered": covered,
             "mechanism_coverage_pct": round(100 * len(covered) / MECHANISMS_TOTAL, 1),
+            "items": add_counts(list((items or {}).values())),
         },
         "by_template": [
             {

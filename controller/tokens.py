@@ -31,6 +31,20 @@ def upload_signature(
     return hmac.new(token_hash.encode(), message, hashlib.sha256).hexdigest()
 
 
+def input_signature(token_hash: str, sandbox_id: str, attempt: int, kind: str) -> str:
+    """Signs the controller's URL of an attempt's input (its items, its checkpoint)."""
+    message = f"{sandbox_id}:{attempt}:input:{kind}".encode()
+    return hmac.new(token_hash.encode(), message, hashlib.sha256).hexdigest()
+
+
+def input_signature_matches(signature: str, token_hash: str | None, sandbox_id: str,
+                            attempt: int, kind: str) -> bool:
+    if token_hash is None:
+        return False
+    expected = input_signature(token_hash, sandbox_id, attempt, kind)
+    return hmac.compare_digest(signature.encode(), expected.encode())
+
+
 def signature_matches(
     signature: str,
     token_hash: str | None,

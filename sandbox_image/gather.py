@@ -17,10 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 MAX_INPUT_BYTES = 256 * 1024 * 1024
-DOWNLOAD_TIMEOUT_S = 60.0
 
 INPUT_SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS input_sandboxes (sandbox_id TEXT PRIMARY KEY, template_id TEXT,
@@ -51,26 +48,6 @@ class StageInput:
         if not scored:
             return None
         return max(scored, key=lambda r: ((r[6] or 0) / max(r[4] or 0.0, 1e-9), r[0]))
-
-
-def fetch_input(url: str, timeout_s: float = DOWNLOAD_TIMEOUT_S) -> bytes:
-    """GET the input file, refusing anything over MAX_INPUT_BYTES."""
-    body = bytearray()
-    try:
-        with httpx.stream("GET", url, timeout=timeout_s) as response:
-            if response.status_code != 200:
-                response.read()
-                raise InputError(
-                    f"GET SIMPLE_INPUT_URL answered HTTP {response.status_code}: "
-                    f"{response.text[:200]}"
-                )
-            for chunk in response.iter_bytes():
-                body.extend(chunk)
-                if len(body) > MAX_INPUT_BYTES:
-                    raise InputError(f"stage input is over {MAX_INPUT_BYTES} bytes")
-    except httpx.HTTPError as e:
-        raise InputError(f"cannot GET SIMPLE_INPUT_URL: {type(e).__name__}: {e}") from e
-    return bytes(body)
 
 
 def read_input(data: bytes) -> StageInput:

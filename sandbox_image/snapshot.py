@@ -88,6 +88,12 @@ class SnapshotStore:
                 raise
             self._conn.execute("COMMIT")
 
+    def reset(self) -> None:
+        """Forget every result row (a resume that went wrong); the outbox stays."""
+        with self.transaction() as conn:
+            for table in ("runs", "steps", "items", "world"):
+                conn.execute(f"DELETE FROM {table}")
+
     def ensure_schema(self, sql: str) -> None:
         """Create tables (`CREATE TABLE IF NOT EXISTS ...` statements)."""
         with self.lock:
@@ -140,6 +146,16 @@ def write_step(conn: sqlite3.Connection, run_id: str, step: int, *, duration_ms:
         "INSERT INTO steps (run_id, step, duration_ms, actions, failures, cost_usd, tokens) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
         (run_id, step, duration_ms, actions, failures, cost_usd, tokens),
+    )
+
+
+def write_item(conn: sqlite3.Connection, result: Any) -> None:
+    """Insert one `items` row (a batch.ItemResult)."""
+    conn.execute(
+        "INSERT INTO items (item_id, status, passed, reason, error, duration_ms, data) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (result.item_id, result.status, None if result.passed is None else int(result.passed),
+         result.reason, result.error, result.duration_ms, json.dumps(result.data)),
     )
 
 

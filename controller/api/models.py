@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Path
+from fastapi import Path, Query
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -16,6 +16,7 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonDict
 
+from controller.batches import MAX_BATCH_SIZE, MAX_ITEM_DATA_BYTES, MAX_RUN_ITEMS, check_items
 from controller.planner import PlanRequest, Priority
 from controller.stages import Stage, parse_policy
 from controller.states import RunStatus, SandboxStatus
@@ -70,6 +71,15 @@ class RunCreate(BaseModel):
         description="When a sandbox's cost passes SIMPLE_COST_ALERT_RATIO x its estimate, "
         "stop launching until POST /v1/runs/{id}/confirm",
     )
+    items: list[dict[str, Any]] | None = Field(
+        None,
+        max_length=MAX_RUN_ITEMS,
+        description='Ad-hoc items for the one template named: [{"item_id", "data"}]; at most '
+        f"{MAX_RUN_ITEMS}, {MAX_ITEM_DATA_BYTES} bytes of data each",
+    )
+    batch_size: int | None = Field(
+        None, ge=1, le=MAX_BATCH_SIZE, description="Items per sandbox at most (default 100)"
+    )
 
     def plan_request(self) -> PlanRequest:
         return PlanRequest(
@@ -82,6 +92,8 @@ class RunCreate(BaseModel):
             priority=self.priority,
             max_parallel=self.max_parallel,
             stages=tuple(s.stage() for s in self.stages or ()),
+            items=None if self.items is None else check_items(self.items, "request"),
+            batch_size=self.batch_size,
         )
 
 
@@ -244,6 +256,9 @@ class TemplatePublic(_Public):
     image: str | None
     command: list[str] | None
     config: dict[str, Any]
+    items: int | None = Field(None, description="Batch template: how many items it carries")
+    batch_size: int | None = Field(None, description="Batch template: items per sandbox at most")
+    entrypoint: str | None = Field(None, description="module:function run on each item")
 
 
 class TemplateList(_Public):
@@ -293,6 +308,10 @@ class PlanPublic(_Public):
     expensive: list[str] = Field(default_factory=list)
     priority: Priority
     budget_usd: float | None
+    batches: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Batch templates: items, batch_size, sandboxes and items_per_sandbox",
+    )
     max_runtime_s: float | None = Field(
         None, description="Runtime limit read from the query: longer templates are excluded"
     )
@@ -331,10 +350,19 @@ class AttemptPublic(_Public):
     cost_usd: float | None
     started_at: Timestamp
     finished_at: Timestamp
+    resumed_from_step: int | None = Field(
+        None, description="The checkpoint's last step this attempt resumed after; null: fresh"
+    )
+    resume_note: str | None = Field(
+        None, description="Why this retry started over (checkpoint missing or rejected)"
+    )
 
 
 class SandboxDetail(SandboxPublic):
     attempt_history: list[AttemptPublic]
+    resume_note: str | None = Field(
+        None, description="The latest attempt's resume_note: why it did not resume"
+    )
 
 
 class RunSummary(_Public):
@@ -444,3 +472,28 @@ class StreamEnd(_Public):
 
     run_id: str
     status: RunStatus
+
+
+SandboxIdQuery = Annotated[
+    str | None, Query(max_length=63, pattern=r"^[a-z0-9-]+$", description="Only this sandbox")
+]
+
+
+class ItemResult(_Public):
+    """One item of a batch sandbox: passed, failed (with a reason) or errored (raised)."""
+
+    sandbox_id: str
+    template_id: str
+    item_id: str
+    status: str = Field(description="succeeded (ran to a verdict), failed (raised), skipped")
+    outcome: str = Field(description="passed, failed, errored or skipped")
+    passed: bool | None
+    reason: str | None
+    error: str | None
+    duration_ms: int | None
+    data: Any = None
+
+
+class ItemPage(_Public):
+    items: list[ItemResult]
+    next_after: str | None = Field(description="Pass as ?after= for the next page; null: last")

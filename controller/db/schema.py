@@ -125,6 +125,9 @@ attempts = Table(
     Column("exited_at", UTCDateTime()),  # when the backend saw it end
     Column("finished_at", UTCDateTime()),  # when the controller began recording its end
     Column("recorded_at", UTCDateTime()),  # when its end and snapshot rows were committed
+    # Resume (0013): the checkpoint step this attempt was given, and why none was.
+    Column("resumed_from_step", Integer),
+    Column("resume_note", Text),
 )
 
 events = Table(
@@ -211,4 +214,20 @@ observations = Table(
     Column("estimate_runtime_max_s", Float),
     Column("finished_at", UTCDateTime(), nullable=False),
     Index("ix_observations_template_finished", "template_id", "finished_at"),
+)
+
+# Batch templates (0013): one row per item of a sandbox's accepted snapshot.
+result_items = Table(
+    "result_items",
+    metadata,
+    Column("sandbox_id", String(63), primary_key=True),
+    Column("item_id", String(200), primary_key=True),
+    Column("run_id", String(63), nullable=False, index=True),
+    Column("template_id", String(100), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("passed", Integer),
+    Column("reason", Text),
+    Column("error", Text),
+    Column("duration_ms", BigInteger),
+    Column("data", Text),
 )

@@ -1,7 +1,7 @@
 """stages, the ledger, observed estimates and cost alerts
 
 Revision ID: 0014_stages_ledger
-Revises: 0015_scale
+Revises: 0013_items
 Create Date: 2026-11-23 14:00:00
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0014_stages_ledger"
-down_revision = "0015_scale"
+down_revision = "0013_items"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,93 @@
+"""Batch templates end to end on the process backend with the real runtime and local store:
+one raising item, one failing item and 98 passing in one sandbox; the report, JUnit and
+the item table; a retry that re-runs only the items without a result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import httpx
+
+from controller.cli.embedded import EmbeddedServer
+from controller.settings import Settings
+from tests.e2e_helpers import report, start_run, wait_run
+
+
+def hundred_items() -> list[dict[str, object]]:
+    """98 passing, item-042 raises, item-077 returns failed with a reason."""
+    items: list[dict[str, object]] = [
+        {"item_id": f"item-{i:03d}", "data": {"n": i}} for i in range(100)
+    ]
+    items[42]["data"] = {"raise": "boom at 42"}
+    items[77]["data"] = {"expect": False, "reason": "77 is not prime"}
+    return items
+
+
+def batch_catalog(write: Callable[..., Path], items_file: bool = True,
+                  config: dict[str, object] | None = None, batch_size: int = 100) -> Path:
+    directory = write(
+        "templates:\n"
+        "  - id: evals\n"
+        "    category: test\n"
+        "    estimate: {cost_usd: [0.0, 0.01], runtime_s: [0.1, 0.2]}\n"
+        "    timeout_s: 120\n"
+        + ("    items_file: evals.jsonl\n" if items_file else "")
+        + f"    batch_size: {batch_size}\n"
+        + f"    config: {json.dumps({'checkpoint_interval_s': 0, **(config or {})})}\n"
+    )
+    (directory / "evals.jsonl").write_text(
+        "".join(json.dumps(i) + "\n" for i in hundred_items())
+    )
+    return directory
+
+
+def serve(settings: Settings, catalog: Path) -> EmbeddedServer:
+    return EmbeddedServer(settings.model_copy(update={"catalog_dirs": [catalog]}))
+
+
+def test_one_sandbox_runs_100_items_and_reports_each(
+    settings: Settings, catalog_dir: Callable[..., Path]
+) -> None:
+    with serve(settings, batch_catalog(catalog_dir)) as server:
+        plan = httpx.post(f"{server.url}/v1/plans", json={"templates": ["evals"]},
+                          timeout=30).json()
+        run_id = start_run(server.url, {"templates": ["evals"]})
+        run = wait_run(server.url, run_id, 120)
+        result = report(server.url, run_id)
+        junit = httpx.get(f"{server.url}/v1/runs/{run_id}/report?format=junit", timeout=30)
+        markdown = httpx.get(f"{server.url}/v1/runs/{run_id}/report?format=markdown",
+                             timeout=30).text
+        errored = httpx.get(f"{server.url}/v1/runs/{run_id}/items?outcome=errored",
+                            timeout=30).json()
+        pages, after = [], None
+        while True:
+            query = "limit=30" + (f"&after={after}" if after else "")
+            page = httpx.get(f"{server.url}/v1/runs/{run_id}/items?{query}", timeout=30).json()
+            pages.append(page["items"])
+            if not (after := page["next_after"]):
+                break
+    assert plan["batches"] == [{"template_id": "evals", "items": 100, "batch_size": 100,
+                                "sandboxes": 1, "items_per_sandbox": [100, 100]}]
+    assert [s["status"] for s in run["sandboxes"]] == ["succeeded"], run["sandboxes"]
+    assert run["status"] == "succeeded"
+    row = result["sandboxes"][0]
+    assert row["items"] == {"total": 100, "passed": 98, "failed": 1, "errored": 1}
+    assert result["totals"]["items"] == row["items"]
+    assert row["steps_recorded"] == 100
+    assert [i["item_id"] for i in errored["items"]] == ["item-042"]
+    assert "boom at 42" in errored["items"][0]["error"]
+    assert [len(p) for p in pages] == [30, 30, 30, 10]
+    everything = {i["item_id"]: i for p in pages for i in p}
+    assert len(everything) == 100
+    assert everything["item-077"]["reason"] == "77 is not prime"
+    assert everything["item-077"]["outcome"] == "failed"
+    cases = ET.fromstring(junit.text).findall(".//testcase")
+    assert len(cases) == 100
+    assert sum(1 for c in cases if c.find("failure") is not None) == 1
+    assert sum(1 for c in cases if c.find("error") is not None) == 1
+    assert "98/100 passed, 1 failed, 1 errored" in markdown
+    assert "77 is not prime" in markdown and "boom at 42" in markdown
