@@ -23,7 +23,7 @@ from controller.api.routes import (
 from controller.logs import RequestContextMiddleware
 from controller.principal.assistant import create_principal
 from controller.service import Controller
-from controller.web import access, pages
+from controller.web import access, chat_panel, pages
 from controller.web.security import CsrfGuard
 
 
@@ -48,8 +48,8 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     app.state.principal = create_principal(controller)
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
-    routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access, pages)
-    for module in routers:
+    routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access)
+    for module in (*routers, pages, chat_panel):
         app.include_router(module.router)
     app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens)
 

@@ -330,7 +330,8 @@ def _exclusions(catalog: Catalog, walk: _Walk) -> list[str]:
             tag = meaning.value if meaning.kind is Kind.TAG else QUALITY_TAGS.get(meaning.value)
             ids = [t.id for t in catalog.templates.values() if tag and tag in t.tags]
         excluded.extend(ids)
-        walk.phrases.append(Phrase(phrase, f"exclude {len(ids)} templates"))
+        plural = "" if len(ids) == 1 else "s"
+        walk.phrases.append(Phrase(phrase, f"exclude {len(ids)} template{plural}"))
     return list(dict.fromkeys(excluded))
 
 

@@ -91,3 +91,49 @@ def test_one_sandbox_runs_100_items_and_reports_each(
     assert sum(1 for c in cases if c.find("error") is not None) == 1
     assert "98/100 passed, 1 failed, 1 errored" in markdown
     assert "77 is not prime" in markdown and "boom at 42" in markdown
+
+
+def test_a_batch_retry_runs_only_the_items_without_a_result(
+    settings: Settings, catalog_dir: Callable[..., Path]
+) -> None:
+    config = {"fail_at_step": 60, "fail_attempts": 1, "checkpoint_every_steps": 10}
+    with serve(settings, batch_catalog(catalog_dir, config=config)) as server:
+        run_id = start_run(server.url, {"templates": ["evals"]})
+        run = wait_run(server.url, run_id, 120)
+        sandbox_id = run["sandboxes"][0]["sandbox_id"]
+        sandbox = httpx.get(f"{server.url}/v1/sandboxes/{sandbox_id}", timeout=30).json()
+        stream = httpx.get(f"{server.url}/v1/runs/{run_id}/items?limit=1000", timeout=30)
+        result = report(server.url, run_id)
+    assert sandbox["status"] == "succeeded" and sandbox["attempts"] == 2, sandbox
+    assert [a["resumed_from_step"] for a in sandbox["attempt_history"]] == [None, 59]
+    logs = (settings.data_dir / "store").rglob("attempt-2.log")
+    assert any("batch: 41 items (59 done before)" in p.read_text() for p in logs)
+    assert result["sandboxes"][0]["items"] == {"total": 100, "passed": 98, "failed": 1,
+                                               "errored": 1}
+    assert result["sandboxes"][0]["steps_recorded"] == 100
+    assert len(stream.json()["items"]) == 100
+
+
+def test_ad_hoc_items_split_into_batches_and_are_bounded(
+    settings: Settings, catalog_dir: Callable[..., Path]
+) -> None:
+    items = hundred_items()[:25]
+    body = {"templates": ["evals"], "items": items, "batch_size": 10}
+    with serve(settings, batch_catalog(catalog_dir, items_file=False)) as server:
+        plan = httpx.post(f"{server.url}/v1/plans", json=body, timeout=30).json()
+        too_many = httpx.post(f"{server.url}/v1/plans", json={**body, "batch_size": 5000},
+                              timeout=30)
+        repeated = httpx.post(f"{server.url}/v1/runs", json={**body, "items": items + items[:1]},
+                              timeout=30)
+        run_id = start_run(server.url, body)
+        run = wait_run(server.url, run_id, 120)
+        result = report(server.url, run_id)
+    assert plan["batches"][0]["sandboxes"] == 3
+    assert plan["batches"][0]["items_per_sandbox"] == [8, 9]
+    assert plan["estimated_cost_usd"] == [0.0, 0.25], "estimates are per item"
+    assert too_many.status_code == 422 and "batch_size" in too_many.text
+    assert repeated.status_code == 422 and "item-000" in repeated.text
+    assert len(run["sandboxes"]) == 3
+    assert {s["status"] for s in run["sandboxes"]} == {"succeeded"}
+    assert run["request"]["items"]["count"] == 25, "the run keeps a digest, not the items"
+    assert result["totals"]["items"] == {"total": 25, "passed": 25, "failed": 0, "errored": 0}

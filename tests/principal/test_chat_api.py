@@ -20,6 +20,9 @@ from websockets.sync.client import connect
 from controller.cli.embedded import EmbeddedServer
 from controller.settings import Settings
 
+# No database behaviour of its own (or its own SQLite file): once is enough in CI.
+pytestmark = pytest.mark.once
+
 CATALOG = """
 templates:
   - id: cheap_one
@@ -349,3 +352,26 @@ def test_notices_reach_the_run_stream_and_the_conversation(client: httpx.Client)
     assert "Notice: overrun has cost $" in followup["text"]
     again = say(client, "how is it going?", started["conversation_id"])
     assert again["notices"] == []  # said once
+
+
+# --- the dashboard's chat panel --------------------------------------------------------
+
+
+def test_the_dashboard_chat_panel(served: EmbeddedServer) -> None:
+    with httpx.Client(base_url=served.url, timeout=30) as browser:
+        assert browser.get("/chat").status_code in (303, 307)  # log in first
+        browser.post("/login", data={"token": "t1", "next": "/chat"})
+        page = browser.get("/chat")
+        assert page.status_code == 200
+        assert '<script src="/static/chat.js"' in page.text and 'href="/chat"' in page.text
+        assert browser.get("/static/chat.js").status_code == 200
+        csrf = page.text.split('name="csrf-token" content="')[1].split('"')[0]
+        forged = browser.post("/v1/chat", json={"message": "run pricey"})
+        assert forged.status_code == 403  # no CSRF header: the cookie alone may not act
+        reply = browser.post("/v1/chat", json={"message": "run pricey"},
+                             headers={"X-CSRF-Token": csrf}).json()
+        assert reply["kind"] == "confirm"
+    with _client(served, "t2") as other:
+        stolen = other.post("/v1/chat", json={"message": "yes",
+                                              "conversation_id": reply["conversation_id"]})
+        assert stolen.status_code == 404

@@ -17,6 +17,9 @@ from controller.catalog import Catalog
 from controller.planner import PlanRequest, plan
 from controller.principal.grammar import read_request
 
+# No database behaviour of its own (or its own SQLite file): once is enough in CI.
+pytestmark = pytest.mark.once
+
 
 @dataclass(frozen=True)
 class Case:
@@ -209,7 +212,7 @@ def test_every_phrase_is_explained(builtin: Catalog) -> None:
     assert meanings["2 at a time"] == "at most 2 sandboxes at once"
     assert meanings["under $5"] == "budget $5.00"
     assert meanings["quick"] == "suite quick (7 templates)"
-    assert meanings["but not board_meeting"] == "exclude 1 templates"
+    assert meanings["but not board_meeting"] == "exclude 1 template"
 
 
 def test_choices_carry_counts_and_costs(builtin: Catalog) -> None:

@@ -7,12 +7,16 @@ in the reading, whatever the order and the separators.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.catalog import load_catalog
 from controller.principal.grammar import read_request
 from controller.settings import REPO_CATALOG_DIR
+
+# No database behaviour of its own (or its own SQLite file): once is enough in CI.
+pytestmark = pytest.mark.once
 
 CATALOG = load_catalog([REPO_CATALOG_DIR])
 # Suites named by their exact names (a bare "portal" or "corporate" is refined or

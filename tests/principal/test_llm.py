@@ -22,6 +22,9 @@ from controller.cli.embedded import EmbeddedServer
 from controller.settings import Settings
 from tests.principal.test_chat_api import CATALOG
 
+# No database behaviour of its own (or its own SQLite file): once is enough in CI.
+pytestmark = pytest.mark.once
+
 
 class FakeModel:
     """Answers each POST /v1/chat/completions with the next scripted reply."""
