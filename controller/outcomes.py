@@ -44,12 +44,16 @@ def classify(row: Any, seen: Observed) -> Outcome:
     return Outcome(SandboxStatus.FAILED, seen.exit_code, error, transient=bool(row.transient))
 
 
-def run_outcome(cancelled: bool, error: str | None, statuses: list[str]) -> RunStatus:
-    """A finished run's status from its sandboxes'."""
+def run_outcome(
+    cancelled: bool, error: str | None, statuses: list[str], staged_ok: bool | None = None
+) -> RunStatus:
+    """A finished run's status from its sandboxes' (a staged run's: from its policies)."""
     if cancelled:
         return RunStatus.CANCELLED
     if error and error.startswith("budget"):
         return RunStatus.BUDGET_EXCEEDED
+    if staged_ok is not None:
+        return RunStatus.SUCCEEDED if staged_ok else RunStatus.FAILED
     if statuses and all(s == SandboxStatus.SUCCEEDED for s in statuses):
         return RunStatus.SUCCEEDED
     return RunStatus.FAILED

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import Engine, func, select, update
 
 from controller import metrics
+from controller.alerts import raise_cost_alerts
 from controller.backends.base import Backend, Observed, ObservedState
 from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError
@@ -32,6 +33,8 @@ from controller.launcher import Launcher
 from controller.logs import log_context
 from controller.outcomes import classify, exit_outcome, run_outcome
 from controller.settings import Settings
+from controller.stages import stages_from_plan
+from controller.staging import launchable_stage, staged_outcome
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus, StopReason
 from controller.store.base import ObjectStore
 
@@ -41,6 +44,7 @@ Clock = Callable[[], datetime]
 BACKGROUND_WORKERS = 16
 RESTOP_AFTER_S = 10.0  # a stop that did not take (e.g. sent before the start) is sent again
 PENDING_PAGE = 64  # pending sandboxes read at a time when looking for ones to launch
+ALERT_LOOKBACK_S = 60.0  # ended sandboxes' costs checked against estimates for this long
 PASS_HISTORY = 10_000  # durations of the latest passes kept (benches, metrics)
 
 
@@ -264,14 +268,50 @@ class Reconciler:
     def _drive_run(self, run: Any, running: Sequence[Any]) -> None:
         if run.status == RunStatus.PENDING:
             self._set_run(run.id, status=RunStatus.RUNNING, started_at=self.clock())
+        held = raise_cost_alerts(
+            self.engine,
+            run,
+            self._alert_candidates(run.id, running),
+            self.settings.cost_alert_ratio,
+            self.clock(),
+        )
         if run.cancel_requested:
             self._skip_pending(run.id, "cancelled before it started")
         else:
             spent = self._spent(run.id)
             if self._over_budget(run, running, spent):
                 return
-            self._launch_ready(run, running, spent)
+            staged = self._members(run.id) if stages_from_plan(run.plan) else []
+            stage = launchable_stage(self.engine, self.store, run, staged, self.clock())
+            if not held:
+                self._launch_ready(run, running, spent, stage)
         self._maybe_finish_run(run)
+
+    def _alert_candidates(self, run_id: str, running: Sequence[Any]) -> list[Any]:
+        """Rows whose cost may have just passed their estimate: running ones and those that
+        ended lately (a cost no longer changes once the end is recorded)."""
+        since = self.clock() - timedelta(seconds=ALERT_LOOKBACK_S)
+        with self.engine.connect() as conn:
+            ended = conn.execute(
+                select(sandboxes).where(
+                    sandboxes.c.run_id == run_id,
+                    sandboxes.c.status != SandboxStatus.RUNNING,
+                    sandboxes.c.finished_at >= since,
+                    sandboxes.c.cost_alerted.is_(False),
+                )
+            ).all()
+        return [*running, *ended]
+
+    def _members(self, run_id: str) -> list[Any]:
+        """Every sandbox of a staged run: id, status and stage only."""
+        with self.engine.connect() as conn:
+            return list(
+                conn.execute(
+                    select(sandboxes.c.id, sandboxes.c.status, sandboxes.c.stage).where(
+                        sandboxes.c.run_id == run_id
+                    )
+                ).all()
+            )
 
     def _spent(self, run_id: str) -> float:
         """What the run's sandboxes reported spending so far, every attempt."""
@@ -295,13 +335,15 @@ class Reconciler:
         self._maybe_finish_run(run)
         return True
 
-    def _launch_ready(self, run: Any, running: Sequence[Any], spent: float) -> None:
+    def _launch_ready(
+        self, run: Any, running: Sequence[Any], spent: float, stage: int | None = None
+    ) -> None:
         now = self.clock()
         slots = run.max_parallel - len(running)
         expensive_limit = run.plan.get("max_parallel_expensive")
         expensive_running = sum(1 for r in running if r.expensive)
         picked: list[Any] = []
-        for row in self._pending(run.id, slots):
+        for row in self._pending(run.id, slots, stage):
             if len(picked) >= slots:
                 break
             if row.next_attempt_at and row.next_attempt_at > now:
@@ -317,22 +359,21 @@ class Reconciler:
         for claim in self.launcher.claim_many(run, picked, now) if picked else []:
             self._background.submit(self.launcher.start, claim, now, self.rng)
 
-    def _pending(self, run_id: str, slots: int) -> Iterator[Any]:
-        """The run's pending sandboxes in launch order, read a page at a time."""
+    def _pending(self, run_id: str, slots: int, stage: int | None) -> Iterator[Any]:
+        """The run's pending sandboxes (of `stage`, if staged) in launch order, a page at a
+        time."""
         page = max(2 * slots, PENDING_PAGE)
         after = -1
         while slots > 0:
+            query = select(sandboxes).where(
+                sandboxes.c.run_id == run_id,
+                sandboxes.c.status == SandboxStatus.PENDING,
+                sandboxes.c.position > after,
+            )
+            if stage is not None:
+                query = query.where(sandboxes.c.stage == stage)
             with self.engine.connect() as conn:
-                rows = conn.execute(
-                    select(sandboxes)
-                    .where(
-                        sandboxes.c.run_id == run_id,
-                        sandboxes.c.status == SandboxStatus.PENDING,
-                        sandboxes.c.position > after,
-                    )
-                    .order_by(sandboxes.c.position)
-                    .limit(page)
-                ).all()
+                rows = conn.execute(query.order_by(sandboxes.c.position).limit(page)).all()
             yield from rows
             if len(rows) < page:
                 return
@@ -388,7 +429,14 @@ class Reconciler:
             return
         if self.exits.cleaning(run.id):  # it ends once every sandbox is archived and removed
             return
-        status = run_outcome(fresh.cancel_requested, fresh.error, statuses)
+        stages = stages_from_plan(fresh.plan)
+        members = self._members(run.id) if stages else []
+        status = run_outcome(
+            fresh.cancel_requested,
+            fresh.error,
+            statuses,
+            staged_ok=staged_outcome(stages, members) if stages else None,
+        )
         self._set_run(run.id, status=status, finished_at=self.clock())
         logger.info("run %s finished: %s", run.id, status.value)
 
