@@ -199,6 +199,7 @@ class Runtime:
                 self._resume(fetch_bytes(client, self.env.resume_url, "checkpoint",
                                          MAX_CHECKPOINT_BYTES, deadline))
             if self.env.items_url:
+                self.store.use_fast_commits()
                 items = parse_items(fetch_bytes(client, self.env.items_url, "items",
                                                 MAX_ITEMS_BYTES, deadline))
                 done = self.restored.item_ids if self.restored else set()
