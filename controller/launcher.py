@@ -20,7 +20,7 @@ from controller.inputs import prepare_inputs
 from controller.logs import log_context
 from controller.settings import Settings
 from controller.states import SandboxStatus
-from controller.store.base import ObjectStore, snapshot_key
+from controller.store.base import ObjectStore, input_key, snapshot_key
 from controller.tokens import hash_token, new_token, upload_signature
 from sandbox_image.contract import SandboxEnv
 
@@ -99,6 +99,7 @@ class Launcher:
                 "launched_at": now,
                 "last_seq": 0,
                 "cost_usd": 0.0,
+                "tokens": 0,
                 "prior_cost_usd": prior_cost,
                 "stop_reason": None,
                 "error": None,
@@ -175,6 +176,12 @@ class Launcher:
         self, run_id: str, row: Any, attempt: int, token: str, token_hash: str
     ) -> SandboxSpec:
         url = self.snapshot_url(run_id, row.id, attempt, token_hash, row.spec["timeout_s"])
+        stage = getattr(row, "stage", 0) or 0
+        input_url = (
+            self.input_url(run_id, row.id, stage, attempt, token_hash, row.spec["timeout_s"])
+            if stage > 0
+            else None
+        )
         return build_sandbox_spec(
             run_id,
             row.id,
@@ -185,6 +192,7 @@ class Launcher:
             url,
             self.settings.resolved_controller_url,
             self.settings.controller_id,
+            input_url=input_url,
         )
 
     def snapshot_url(
@@ -202,6 +210,28 @@ class Launcher:
         )
 
 
+    def input_url(
+        self,
+        run_id: str,
+        sandbox_id: str,
+        stage: int,
+        attempt: int,
+        token_hash: str,
+        timeout_s: int,
+    ) -> str:
+        """SIMPLE_INPUT_URL: a presigned store URL, or the controller's download route, signed."""
+        presigned = self.store.presigned_get_url(
+            input_key(run_id, stage), timeout_s + UPLOAD_URL_SLACK_S
+        )
+        if presigned:
+            return presigned
+        signature = upload_signature(token_hash, sandbox_id, attempt, "input")
+        return (
+            f"{self.settings.resolved_controller_url}/v1/sandboxes/{sandbox_id}/input"
+            f"?attempt={attempt}&signature={signature}"
+        )
+
+
 def build_sandbox_spec(
     run_id: str,
     sandbox_id: str,
@@ -212,6 +242,7 @@ def build_sandbox_spec(
     snapshot_url: str,
     controller_url: str,
     controller_id: str = "",
+    input_url: str | None = None,
 ) -> SandboxSpec:
     """The backend-neutral description of one attempt. Pure."""
     env = SandboxEnv(
@@ -224,6 +255,7 @@ def build_sandbox_spec(
         controller_url=controller_url,
         sandbox_token=token,
         snapshot_url=snapshot_url,
+        input_url=input_url,
     )
     return SandboxSpec(
         env=env,

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import Engine, select, update
 
 from controller import metrics
+from controller.alerts import raise_cost_alerts
 from controller.backends.base import Backend, Observed, ObservedState
 from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError
@@ -31,6 +32,8 @@ from controller.finisher import Outcome, archive_logs
 from controller.launcher import Launcher
 from controller.logs import log_context
 from controller.settings import Settings
+from controller.stages import stages_from_plan
+from controller.staging import launchable_stage, staged_outcome
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus, StopReason
 from controller.store.base import ObjectStore
 
@@ -238,12 +241,17 @@ class Reconciler:
             ).all()
         if run.status == RunStatus.PENDING:
             self._set_run(run.id, status=RunStatus.RUNNING, started_at=self.clock())
+        held = raise_cost_alerts(
+            self.engine, run, rows, self.settings.cost_alert_ratio, self.clock()
+        )
         if run.cancel_requested:
             self._skip_pending(rows, "cancelled before it started")
         elif self._over_budget(run, rows):
             return
         else:
-            self._launch_ready(run, rows)
+            stage = launchable_stage(self.engine, self.store, run, rows, self.clock())
+            if not held:
+                self._launch_ready(run, rows, stage)
         self._maybe_finish_run(run)
 
     def _over_budget(self, run: Any, rows: Sequence[Any]) -> bool:
@@ -261,7 +269,7 @@ class Reconciler:
         self._maybe_finish_run(run)
         return True
 
-    def _launch_ready(self, run: Any, rows: Sequence[Any]) -> None:
+    def _launch_ready(self, run: Any, rows: Sequence[Any], stage: int | None = None) -> None:
         now = self.clock()
         running = [r for r in rows if r.status == SandboxStatus.RUNNING]
         slots = run.max_parallel - len(running)
@@ -273,6 +281,8 @@ class Reconciler:
             if len(picked) >= slots:
                 break
             if row.status != SandboxStatus.PENDING:
+                continue
+            if stage is not None and row.stage != stage:
                 continue
             if row.next_attempt_at and row.next_attempt_at > now:
                 continue
@@ -320,21 +330,23 @@ class Reconciler:
     def _maybe_finish_run(self, run: Any) -> None:
         with self.engine.connect() as conn:
             fresh = conn.execute(select(runs).where(runs.c.id == run.id)).one()
-            statuses = [
-                r.status
-                for r in conn.execute(
-                    select(sandboxes.c.status, sandboxes.c.error).where(
-                        sandboxes.c.run_id == run.id
-                    )
-                )
-            ]
+            members = conn.execute(
+                select(sandboxes.c.status, sandboxes.c.stage).where(sandboxes.c.run_id == run.id)
+            ).all()
+        statuses = [r.status for r in members]
         if fresh.status not in ACTIVE_RUN:
             return
         if any(s in (SandboxStatus.PENDING, SandboxStatus.RUNNING) for s in statuses):
             return
         if self.exits.cleaning(run.id):  # it ends once every sandbox is archived and removed
             return
-        status = run_outcome(fresh.cancel_requested, fresh.error, statuses)
+        stages = stages_from_plan(fresh.plan)
+        status = run_outcome(
+            fresh.cancel_requested,
+            fresh.error,
+            statuses,
+            staged_ok=staged_outcome(stages, members) if stages else None,
+        )
         self._set_run(run.id, status=status, finished_at=self.clock())
         logger.info("run %s finished: %s", run.id, status.value)
 
@@ -375,12 +387,16 @@ def classify(row: Any, seen: Observed) -> Outcome:
     return Outcome(SandboxStatus.FAILED, seen.exit_code, error, transient=bool(row.transient))
 
 
-def run_outcome(cancelled: bool, error: str | None, statuses: list[str]) -> RunStatus:
-    """A finished run's status from its sandboxes'."""
+def run_outcome(
+    cancelled: bool, error: str | None, statuses: list[str], staged_ok: bool | None = None
+) -> RunStatus:
+    """A finished run's status from its sandboxes' (a staged run's: from its policies)."""
     if cancelled:
         return RunStatus.CANCELLED
     if error and error.startswith("budget"):
         return RunStatus.BUDGET_EXCEEDED
+    if staged_ok is not None:
+        return RunStatus.SUCCEEDED if staged_ok else RunStatus.FAILED
     if statuses and all(s == SandboxStatus.SUCCEEDED for s in statuses):
         return RunStatus.SUCCEEDED
     return RunStatus.FAILED

@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Engine, select, text
 from controller.db.schema import attempts, runs, sandboxes
 from controller.errors import NotFoundError
 from controller.item_results import EMPTY, add_counts, item_counts, steps_recorded
+from controller.ledger import ledger_head
 from controller.states import FAILED_SANDBOX, SandboxStatus
 
 MECHANISMS_TOTAL = 17
@@ -67,6 +68,7 @@ def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
         by_sandbox = {r[0]: r[1:] for r in _rows(conn, _BY_SANDBOX_SQL, params)}
         by_template = _rows(conn, _BY_TEMPLATE_SQL.format(collate=_COLLATE[dialect]), params)
         by_mechanism = _rows(conn, _BY_MECHANISM_SQL[dialect], params)
+        head = ledger_head(conn, run_id)
         items = item_counts(conn, run_id)
         steps = steps_recorded(conn, run_id)
     return build_report(
@@ -78,6 +80,7 @@ def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
         by_mechanism,
         items,
         steps,
+        head,
     )
 
 
@@ -102,6 +105,7 @@ def build_report(
     by_mechanism: list[tuple[Any, ...]],
     items: dict[str, dict[str, int]] | None = None,
     steps: dict[str, int] | None = None,
+    head: str | None = None,
 ) -> dict[str, Any]:
     """The JSON report of docs/architecture.md, from query rows. Pure."""
     statuses = [s["status"] for s in sandbox_rows]
@@ -112,6 +116,8 @@ def build_report(
         "created_at": _iso(run["created_at"]),
         "finished_at": _iso(run["finished_at"]),
         "plan": run["plan"],
+        "ledger_head": head,
+        "alerts": run.get("alerts") or [],
         "sandboxes": [
             {
                 **_sandbox_row(s, by_sandbox.get(s["id"])),
@@ -166,6 +172,7 @@ def _sandbox_row(row: dict[str, Any], results: tuple[Any, ...] | None) -> dict[s
     return {
         "sandbox_id": row["id"],
         "template_id": row["template_id"],
+        "stage": row.get("stage") or 0,
         "status": row["status"],
         "attempts": row["attempt"],
         "exit_code": row["exit_code"],

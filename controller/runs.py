@@ -17,6 +17,7 @@ from controller.batches import WorkItem, items_jsonl
 from controller.catalog import Catalog, Template
 from controller.db.schema import runs, sandboxes
 from controller.errors import ConflictError, InputError, NotFoundError
+from controller.estimates import planning_catalog
 from controller.planner import (
     EXPENSIVE_USD,
     Plan,
@@ -62,6 +63,8 @@ def sandbox_spec(template: Template, seed: int, default_image: str) -> dict[str,
         "config": config,
         "timeout_s": template.timeout_s,
         "estimate_min_usd": template.cost_usd[0],
+        "estimate_max_usd": template.cost_usd[1],
+        "estimate_runtime_s": list(template.runtime_s),
         "resources": {"cpu": template.cpu, "memory": template.memory},
         "seed": (seed * 1_000_003 + zlib.crc32(template.id.encode())) % 2**31,
     }
@@ -89,7 +92,8 @@ def create_run(
         existing = _by_key(engine, idempotency_key, digest)
         if existing:
             return existing, False
-    the_plan = plan(catalog, request)
+    catalog, sources = planning_catalog(engine, catalog)  # estimates learnt from earlier runs
+    the_plan = plan(catalog, request, sources)
     if not the_plan.selected:
         reasons = "; ".join(f"{e.template_id}: {e.reason}" for e in the_plan.excluded[:3])
         raise InputError(
@@ -116,6 +120,9 @@ def create_run(
                     request_hash=digest,
                     cancel_requested=False,
                     created_at=now,
+                    stage=0,
+                    confirm_over=bool(body.get("confirm_over")),
+                    alerts=[],
                 )
             )
             conn.execute(insert(sandboxes), [r for r, _ in rows])
@@ -168,6 +175,7 @@ def _sandbox_rows(
 ) -> list[tuple[dict[str, Any], tuple[WorkItem, ...]]]:
     """The sandbox rows in launch order (a batch template has one per batch), with items."""
     expensive = set(the_plan.expensive)
+    stage_of = {t: s["index"] for s in the_plan.stages for t in s["templates"]}
     units: list[tuple[Template, int | None, tuple[WorkItem, ...]]] = []
     for template_id in the_plan.selected:
         template = with_items(catalog, request, template_id)
@@ -197,6 +205,8 @@ def _sandbox_rows(
             "aggregated": False,
             "expensive": (template.cost_usd[1] * len(items) >= EXPENSIVE_USD) if batch
             else template.id in expensive,
+            "stage": stage_of.get(template.id, 0),
+            "cost_alerted": False,
         }, items))
     return rows
 
@@ -262,6 +272,10 @@ def public_run(row: dict[str, Any]) -> dict[str, Any]:
         "max_parallel": row["max_parallel"],
         "cancel_requested": row["cancel_requested"],
         "error": row["error"],
+        "stage": row.get("stage") or 0,
+        "confirm_over": bool(row.get("confirm_over")),
+        "hold_reason": row.get("hold_reason"),
+        "alerts": row.get("alerts") or [],
         "created_at": _iso(row["created_at"]),
         "started_at": _iso(row["started_at"]),
         "finished_at": _iso(row["finished_at"]),
@@ -273,6 +287,7 @@ def public_sandbox(row: dict[str, Any]) -> dict[str, Any]:
         "sandbox_id": row["id"],
         "run_id": row["run_id"],
         "template_id": row["template_id"],
+        "stage": row.get("stage") or 0,
         "status": row["status"],
         "attempts": row["attempt"],
         "exit_code": row["exit_code"],
