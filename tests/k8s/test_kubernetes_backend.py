@@ -364,7 +364,7 @@ def _scripted(settings: Settings, sleeper: FakeSleeper, batch: ScriptedApi,
               core: ScriptedApi | None = None) -> KubernetesBackend:
     return KubernetesBackend(settings, batch_api=batch, core_api=core or ScriptedApi(),
                              sleeper=sleeper, jitter=lambda: 1.0, max_attempts=4,
-                             backoff_base_s=0.5, backoff_max_s=1.5)
+                             backoff_base_s=0.5, backoff_max_s=1.5, informers=False)
 
 
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
