@@ -40,7 +40,7 @@ from controller.settings import Settings
 from controller.store.local import LocalStore
 from sandbox_image.contract import EventType
 
-pytestmark = [pytest.mark.faults]
+pytestmark = [pytest.mark.faults, pytest.mark.once]
 
 TERMINAL = {"succeeded", "failed", "timeout", "oom", "cancelled", "lost", "skipped"}
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
