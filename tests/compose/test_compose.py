@@ -64,12 +64,24 @@ class Stack:
             [*compose_command(), "-p", self.project, "-f", str(REPO_ROOT / "compose.yaml"),
              "--env-file", str(self.env_file), *args],
             cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, check=False,
+            stdin=subprocess.DEVNULL,
         )
         assert done.returncode == 0, f"compose {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
     def exec(self, service: str, *command: str) -> str:
-        return self.compose("exec", "-T", service, *command, timeout=120)
+        """Run a command in the service's container (the engine's exec: no TTY, no stdin)."""
+        client = connect_docker()
+        try:
+            (container,) = client.containers.list(filters={"label": [
+                f"com.docker.compose.project={self.project}",
+                f"com.docker.compose.service={service}"]})
+            code, output = container.exec_run(list(command), demux=False)
+        finally:
+            client.close()
+        text = output.decode(errors="replace")
+        assert code == 0, f"{service}: {command} exited {code}: {text}"
+        return str(text)
 
 
 def ensure_controller_image(client: Any) -> None:
