@@ -27,6 +27,7 @@ from controller.planner import (
     with_items,
 )
 from controller.report import attempt_rows
+from controller.stages import stage_summary
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus
 from controller.store.base import ObjectStore, items_key
 from sandbox_image.contract import SANDBOX_ID_MAX_LENGTH
@@ -220,7 +221,9 @@ def get_run(engine: Engine, run_id: str) -> dict[str, Any]:
         rows = conn.execute(
             select(sandboxes).where(sandboxes.c.run_id == run_id).order_by(sandboxes.c.position)
         ).all()
-    return {**public_run(run._asdict()), "sandboxes": [public_sandbox(r._asdict()) for r in rows]}
+    members = [public_sandbox(r._asdict()) for r in rows]
+    grouped = stage_summary(run.plan, members)  # staged runs: the sandboxes by stage
+    return {**public_run(run._asdict()), "sandboxes": members, "stages": grouped}
 
 
 def get_run_row(engine: Engine, run_id: str) -> Any:
