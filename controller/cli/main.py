@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from controller.cli import ask, inspect, run
+from controller.cli import accounting, ask, inspect, run
 from controller.cli.common import (
     Catalogs,
     Exit,
@@ -41,6 +41,8 @@ for command in (
     inspect.logs,
     inspect.cancel,
     inspect.templates,
+    accounting.verify,
+    accounting.confirm,
     ask.ask,
     ask.chat,
 ):

@@ -141,7 +141,8 @@ async def _messages(
     next_notice = 0.0
     while True:
         final = run["status"] not in ACTIVE_RUN
-        if not final and asyncio.get_running_loop().time() >= next_notice:
+        # Also once the run is over: a cost overrun is still worth saying then.
+        if final or asyncio.get_running_loop().time() >= next_notice:
             next_notice = asyncio.get_running_loop().time() + NOTICE_EVERY_S
             for notice in await asyncio.to_thread(run_notices, engine, catalog, run_id):
                 if notice["key"] not in noticed and len(noticed) < 10_000:
