@@ -1,11 +1,11 @@
 """Aggregation: a sandbox's snapshot, treated as untrusted input, folded into the database.
 
 The snapshot is copied to a private temporary file and opened read-only and
-immutable, with `trusted_schema` off; it must pass SQLite's integrity check,
-a size limit, and hold the contract's tables and columns with values of the
-right types. Only those columns are read. A rejected snapshot loads nothing.
-Loading replaces the sandbox's earlier rows in one transaction, so repeating
-it is harmless.
+immutable under a CPU and memory budget (`controller.snapshot_guard`); its schema
+must pass the contract's allowlist before any row is read, then SQLite's quick
+check on the contract tables, a size limit, and values of the right types. Only
+the contract's columns are read. A rejected snapshot loads nothing. Loading
+replaces the sandbox's earlier rows in one transaction, so repeating it is harmless.
 """
 
 from __future__ import annotations
@@ -15,17 +15,21 @@ import math
 import os
 import sqlite3
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert
 
 from controller.db.schema import result_runs, result_steps
 from controller.errors import SnapshotRejected
-from sandbox_image.contract import SNAPSHOT_TABLES
+from controller.snapshot_guard import CPU_BUDGET_S, check_schema, open_under_budget
+from controller.snapshot_items import load_items, read_items
+from sandbox_image.contract import OPTIONAL_SNAPSHOT_TABLES, SNAPSHOT_COLUMN_TYPES, SNAPSHOT_TABLES
 
 SQLITE_HEADER = b"SQLite format 3\x00"
-MAX_STEP_ROWS = 2_000_000
+# Every step row becomes a Python tuple before loading: this bounds the reader's memory.
+MAX_STEP_ROWS = 200_000
+MAX_RUN_ROWS = 10_000
 
 _RUN_TYPES = {
     "run_id": str,
@@ -55,9 +59,10 @@ _STEP_TYPES = {
 class SnapshotRows:
     runs: list[dict[str, Any]]
     steps: list[tuple[Any, ...]]
+    items: list[tuple[Any, ...]] = field(default_factory=list)
 
 
-def read_snapshot(data: bytes, max_bytes: int) -> SnapshotRows:
+def read_snapshot(data: bytes, max_bytes: int, cpu_s: float = CPU_BUDGET_S) -> SnapshotRows:
     """Validate an untrusted snapshot and return its contract rows, or raise SnapshotRejected."""
     if len(data) > max_bytes:
         raise SnapshotRejected(
@@ -72,33 +77,28 @@ def read_snapshot(data: bytes, max_bytes: int) -> SnapshotRows:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        return _read_private_copy(path)
+        return _read_private_copy(path, cpu_s)
     finally:
         os.unlink(path)
 
 
-def _read_private_copy(path: str) -> SnapshotRows:
+def _read_private_copy(path: str, cpu_s: float) -> SnapshotRows:
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, timeout=1)
-    except sqlite3.Error as e:
-        raise SnapshotRejected(f"snapshot cannot be opened: {e}") from e
-    try:
-        conn.execute("PRAGMA trusted_schema=OFF")
-        conn.execute("PRAGMA query_only=ON")
-        conn.execute("PRAGMA cell_size_check=ON")
-        check = conn.execute("PRAGMA quick_check").fetchall()
-        if check != [("ok",)]:
-            raise SnapshotRejected(f"snapshot failed the integrity check: {check[0][0]}")
-        _check_schema(conn)
-        runs = [
-            _typed(dict(zip(SNAPSHOT_TABLES["runs"], r, strict=True)), _RUN_TYPES, "runs")
-            for r in _select(conn, "runs")
-        ]
-        steps = _checked_steps(conn)
+        with open_under_budget(path, cpu_s) as conn:
+            check_schema(conn, SNAPSHOT_COLUMN_TYPES)
+            _check_tables(conn)
+            for table in _present_tables(conn):
+                check = conn.execute(f'PRAGMA main.quick_check("{table}")').fetchall()
+                if check != [("ok",)]:
+                    raise SnapshotRejected(f"snapshot failed the integrity check: {check[0][0]}")
+            runs = [
+                _typed(dict(zip(SNAPSHOT_TABLES["runs"], r, strict=True)), _RUN_TYPES, "runs")
+                for r in _select(conn, "runs", limit=MAX_RUN_ROWS + 1)
+            ]
+            steps = _checked_steps(conn)
+            items = read_items(conn)
     except sqlite3.DatabaseError as e:
         raise SnapshotRejected(f"snapshot is not a readable SQLite database: {e}") from e
-    finally:
-        conn.close()
     if not runs:
         raise SnapshotRejected(
             "snapshot's `runs` table is empty", hint="write one row per run into `runs`"
@@ -115,15 +115,28 @@ def _read_private_copy(path: str) -> SnapshotRows:
             "snapshot's `steps` table repeats a (run_id, step)",
             hint="(run_id, step) is the primary key of `steps`",
         )
+    if len(runs) > MAX_RUN_ROWS:
+        raise SnapshotRejected(f"snapshot has more than {MAX_RUN_ROWS} rows in `runs`")
     if len(steps) > MAX_STEP_ROWS:
-        raise SnapshotRejected(f"snapshot has more than {MAX_STEP_ROWS} step rows")
+        raise SnapshotRejected(
+            f"snapshot has more than {MAX_STEP_ROWS} step rows",
+            hint="record fewer, coarser steps",
+        )
     for run in runs:
         run["mechanisms_used"] = _mechanisms(run["mechanisms_used"])
-    return SnapshotRows(runs=runs, steps=steps)
+    return SnapshotRows(runs=runs, steps=steps, items=items)
 
 
-def _check_schema(conn: sqlite3.Connection) -> None:
+def _present_tables(conn: sqlite3.Connection) -> list[str]:
+    """The contract tables in the file (the optional ones may be absent)."""
+    return [t for t in SNAPSHOT_TABLES if t not in OPTIONAL_SNAPSHOT_TABLES or conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (t,)).fetchone()]
+
+
+def _check_tables(conn: sqlite3.Connection) -> None:
     for table, columns in SNAPSHOT_TABLES.items():
+        if table in OPTIONAL_SNAPSHOT_TABLES:
+            continue  # checked by their own readers
         kind = conn.execute("SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
         if kind is None or kind[0] != "table":
             raise SnapshotRejected(
@@ -141,7 +154,7 @@ def _check_schema(conn: sqlite3.Connection) -> None:
 
 def _select(conn: sqlite3.Connection, table: str, limit: int | None = None) -> list[Any]:
     columns = ", ".join(f'"{c}"' for c in SNAPSHOT_TABLES[table])
-    sql = f'SELECT {columns} FROM main."{table}"'
+    sql = f'SELECT {columns} FROM main."{table}" NOT INDEXED'
     return conn.execute(sql + (f" LIMIT {limit}" if limit else "")).fetchall()
 
 
@@ -153,7 +166,8 @@ def _checked_steps(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
     """
     columns = SNAPSHOT_TABLES["steps"]
     bad = conn.execute(
-        f"SELECT {', '.join(columns)} FROM main.steps WHERE {_refused_sql(_STEP_TYPES)} LIMIT 1"
+        f"SELECT {', '.join(columns)} FROM main.steps NOT INDEXED "
+        f"WHERE {_refused_sql(_STEP_TYPES)} LIMIT 1"
     ).fetchone()
     if bad is not None:
         _typed(dict(zip(columns, bad, strict=True)), _STEP_TYPES, "steps")
@@ -254,6 +268,7 @@ def load_snapshot(conn: Connection, run_id: str, sandbox_id: str, rows: Snapshot
             for r in rows.runs
         ],
     )
+    load_items(conn, run_id, sandbox_id, rows.runs[0]["template_id"], rows.items)
     if rows.steps:
         if conn.dialect.name == "postgresql":
             _copy_steps(conn, run_id, sandbox_id, rows.steps)

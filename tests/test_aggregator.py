@@ -211,7 +211,7 @@ def test_runs_as_a_view_is_rejected(snapshot) -> None:
     data = snapshot(schema=schema, runs=[], extra_sql="""
         INSERT INTO real_runs (run_id, template_id, status) VALUES ('r1', 't', 'completed');
         CREATE VIEW runs AS SELECT * FROM real_runs;""")
-    assert "no `runs` table" in rejected(data)
+    assert "view `runs`" in rejected(data)
 
 
 @pytest.mark.parametrize(("table", "column", "value"), [

@@ -60,6 +60,12 @@ def require_api_token(
         )
 
 
+def token_is_valid(token: str | None, controller: Controller) -> bool:
+    """For routes that cannot use the dependency (WebSockets): no tokens set, or a listed one."""
+    tokens = controller.settings.api_tokens
+    return not tokens or (bool(token) and _listed(str(token), tokens))
+
+
 def _listed(token: str, tokens: list[str]) -> bool:
     """Constant time: every token is compared, on digests of equal length."""
     given = hashlib.sha256(token.encode()).digest()

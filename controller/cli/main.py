@@ -1,4 +1,4 @@
-"""`simplectl`: run, plan, status, report, logs, cancel, templates, serve, db.
+"""`simplectl`: run, plan, status, report, logs, cancel, templates, ask, chat, serve, db.
 
 Without --server (or SIMPLE_SERVER) commands work on the local embedded
 controller (the data directory in SIMPLE_DATA_DIR, default ./.simple); with it,
@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from controller.cli import inspect, run
+from controller.cli import accounting, ask, inspect, run
 from controller.cli.common import (
     Catalogs,
     Exit,
@@ -56,6 +56,10 @@ for command in (
     inspect.logs,
     inspect.cancel,
     inspect.templates,
+    accounting.verify,
+    accounting.confirm,
+    ask.ask,
+    ask.chat,
 ):
     app.command()(command)
 

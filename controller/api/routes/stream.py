@@ -7,12 +7,16 @@ Every message's `id` is the id of the last stored event it accounts for, so a
 client that reconnects with `Last-Event-ID` misses no sandbox event, and gets
 the run's current state at once (state is level-triggered: the latest is whole).
 The stream ends with an `end` message once the run is over.
+While the run goes, a `notice` message says when a sandbox needs attention (past
+1.5x its runtime estimate, above its max cost estimate, repeated transient errors;
+see `controller.principal.notices`), once per sandbox and kind per connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -23,7 +27,9 @@ from sqlalchemy import Engine, select
 
 from controller.api.deps import Authorized, ControllerDep
 from controller.api.models import ID_PATTERN, StreamedEvent, StreamEnd, error_responses
+from controller.catalog import Catalog
 from controller.db.schema import events
+from controller.principal.notices import run_notices
 from controller.runs import get_run
 from controller.states import ACTIVE_RUN
 
@@ -34,6 +40,7 @@ POLL_S = 0.25
 # later id can be seen first; events settle this long before they are streamed.
 SETTLE_S = 0.5
 KEEPALIVE_S = 15.0
+NOTICE_EVERY_S = 2.0
 BATCH = 500
 
 
@@ -54,10 +61,24 @@ def _message(kind: str, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_NOTICE_SCHEMA = {
+    "type": "object",
+    "required": ["key", "kind", "run_id", "sandbox_id", "template_id", "message"],
+    "properties": {
+        "key": {"type": "string", "description": "kind:sandbox_id, said once per stream"},
+        "kind": {"enum": ["slow", "cost", "errors"]},
+        "run_id": {"type": "string"},
+        "sandbox_id": {"type": "string"},
+        "template_id": {"type": "string"},
+        "message": {"type": "string"},
+    },
+}
+
 _MESSAGE_SCHEMA = {
     "oneOf": [
         _message("run", {"$ref": "#/components/schemas/RunPublic"}),
         _message("sandbox-event", StreamedEvent.model_json_schema()),
+        _message("notice", _NOTICE_SCHEMA),
         _message("end", StreamEnd.model_json_schema(ref_template="#/components/schemas/{model}")),
     ]
 }
@@ -72,6 +93,8 @@ _MESSAGE_SCHEMA = {
             "description": "Server-sent events, each with an `id` (resume with Last-Event-ID): "
             "`run` (the run with its sandboxes, as GET /v1/runs/{run_id}; first, then on "
             "every change), `sandbox-event` (one event a sandbox posted, in stored order), "
+            "`notice` (a sandbox needing attention: slow, over its cost estimate, repeated "
+            "transient errors; once each), "
             "and `end` (`{run_id, status}`, last, once the run is over).",
         },
         **error_responses(401, 404, 422),
@@ -95,36 +118,44 @@ async def stream_run(
     ] = 0,
 ) -> StreamingResponse:
     """Live run state and sandbox events (SSE); resume with Last-Event-ID."""
-    run = await asyncio.to_thread(get_run, controller.engine, run_id)  # 404 before streaming
+    run, _ = await _shared_run(controller.engine, run_id)  # 404 before streaming
     if last_event_id and last_event_id.isdigit():
         after = int(last_event_id)
     return StreamingResponse(
-        _messages(controller.engine, run_id, run, after),
+        _messages(controller.engine, run_id, run, after, controller.catalog),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
 async def _messages(
-    engine: Engine, run_id: str, run: dict[str, Any], after: int
+    engine: Engine, run_id: str, run: dict[str, Any], after: int, catalog: Catalog
 ) -> AsyncIterator[bytes]:
     yield b"retry: 1000\n\n"
     # The run's state comes first, so a client (re)connecting sees where it stands at
     # once; its id is where the client resumed, so reconnecting with it loses nothing.
-    sent_state = json.dumps(run, sort_keys=True)
+    sent_state = state = json.dumps(run, sort_keys=True)
     yield _sse("run", after, run)
     idle = 0.0
+    noticed: set[str] = set()
+    next_notice = 0.0
     while True:
         final = run["status"] not in ACTIVE_RUN
+        # Also once the run is over: a cost overrun is still worth saying then.
+        if final or asyncio.get_running_loop().time() >= next_notice:
+            next_notice = asyncio.get_running_loop().time() + NOTICE_EVERY_S
+            for notice in await asyncio.to_thread(run_notices, engine, catalog, run_id):
+                if notice["key"] not in noticed and len(noticed) < 10_000:
+                    noticed.add(notice["key"])
+                    yield _sse("notice", after, notice)
         rows = await asyncio.to_thread(_events_after, engine, run_id, after, not final)
         for row in rows:
             after = row["id"]
             yield _sse("sandbox-event", after, row)
-        state = json.dumps(run, sort_keys=True)
         if state != sent_state:
             sent_state = state
             idle = 0.0
-            yield _sse("run", after, run)
+            yield f"id: {after}\nevent: run\ndata: {state}\n\n".encode()
         if final and len(rows) < BATCH:
             yield _sse("end", after, {"run_id": run_id, "status": run["status"]})
             return
@@ -134,7 +165,32 @@ async def _messages(
                 idle = 0.0
                 yield b": keep-alive\n\n"
             await asyncio.sleep(POLL_S)
+        run, state = await _shared_run(engine, run_id)
+
+
+# Every viewer of a run polls its state; with many viewers of a big run (a dashboard on
+# 20 screens, 1,000 sandboxes) reading and encoding it per viewer would dominate. Viewers
+# in this process share one read per POLL_S, and its JSON text, per run.
+_SHARED: dict[tuple[int, int, str], tuple[float, dict[str, Any], str]] = {}
+_LOCKS: dict[tuple[int, int, str], asyncio.Lock] = {}
+_SHARED_KEEP_S = 30.0
+
+
+async def _shared_run(engine: Engine, run_id: str) -> tuple[dict[str, Any], str]:
+    """The run and its JSON, read at most once per POLL_S for all of its viewers."""
+    key = (id(asyncio.get_running_loop()), id(engine), run_id)
+    async with _LOCKS.setdefault(key, asyncio.Lock()):
+        now = time.monotonic()
+        cached = _SHARED.get(key)
+        if cached and now - cached[0] < POLL_S:
+            return cached[1], cached[2]
         run = await asyncio.to_thread(get_run, engine, run_id)
+        state = json.dumps(run, sort_keys=True)
+        _SHARED[key] = (now, run, state)
+        for old in [k for k, v in _SHARED.items() if now - v[0] > _SHARED_KEEP_S]:
+            _SHARED.pop(old, None)
+            _LOCKS.pop(old, None)
+        return run, state
 
 
 def _events_after(engine: Engine, run_id: str, after: int, settle: bool) -> list[dict[str, Any]]:
