@@ -350,6 +350,10 @@ class AttemptPublic(_Public):
     cost_usd: float | None
     started_at: Timestamp
     finished_at: Timestamp
+    exited_at: Timestamp | None = Field(None, description="When the backend saw it end")
+    recorded_at: Timestamp | None = Field(
+        None, description="When its end (and snapshot rows) were committed"
+    )
     resumed_from_step: int | None = Field(
         None, description="The checkpoint's last step this attempt resumed after; null: fresh"
     )
@@ -381,9 +385,11 @@ class RunSummary(_Public):
 
 
 class RunPublic(RunSummary):
-    """A run with its sandboxes."""
+    """A run with its sandboxes (a page of them: `limit` and `offset`, in launch order)."""
 
     sandboxes: list[SandboxPublic]
+    sandboxes_total: int = Field(description="Sandboxes in the run, on every page")
+    sandbox_counts: dict[str, int] = Field(description="Sandboxes per status, whole run")
 
 
 class RunList(_Public):
@@ -443,7 +449,10 @@ class Report(_Public):
     created_at: Timestamp
     finished_at: Timestamp
     plan: PlanPublic
-    sandboxes: list[ReportSandbox]
+    sandboxes: list[ReportSandbox] = Field(
+        description="A page of rows, in launch order (`limit`, `offset`); totals cover all"
+    )
+    sandboxes_total: int = Field(description="Rows in the whole report")
     totals: ReportTotals
     by_template: list[ReportByTemplate]
     by_mechanism: list[ReportByMechanism]
