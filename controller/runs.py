@@ -27,6 +27,7 @@ from controller.planner import (
     with_items,
 )
 from controller.report import attempt_rows
+from controller.stages import stage_summary
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus
 from controller.store.base import ObjectStore, items_key
 from sandbox_image.contract import SANDBOX_ID_MAX_LENGTH
@@ -237,12 +238,26 @@ def get_run(
                 .group_by(sandboxes.c.status)
             )
         }
+        grouped = _stages(conn, run)
     return {
         **public_run(run._asdict()),
         "sandboxes": [public_sandbox(r._asdict()) for r in rows],
         "sandboxes_total": sum(counts.values()),
         "sandbox_counts": counts,
+        "stages": grouped,
     }
+
+
+def _stages(conn: Any, run: Any) -> list[dict[str, Any]]:
+    """A staged run's sandboxes by stage (all of them, whatever the page); [] if flat."""
+    if not (run.plan or {}).get("stages"):
+        return []
+    members = conn.execute(
+        select(sandboxes.c.id.label("sandbox_id"), sandboxes.c.status, sandboxes.c.stage)
+        .where(sandboxes.c.run_id == run.id)
+        .order_by(sandboxes.c.position)
+    ).all()
+    return stage_summary(run.plan, [m._asdict() for m in members])
 
 
 # Large columns the public view never shows: not read for a run page.
