@@ -27,6 +27,7 @@ from controller.batches import (
 )
 from controller.errors import CatalogError, InputError, UnknownNameError
 from controller.quantities import memory_bytes, nano_cpus
+from controller.stages import Stage, StagedSuiteModel, check_stages, parse_policy
 
 TEMPLATE_ID = re.compile(r"^[a-z0-9_]+$")
 MECHANISM = re.compile(r"^M([1-9]|1[0-7])$")
@@ -127,7 +128,7 @@ class TemplateModel(BaseModel):
 class CatalogFileModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     templates: list[dict[str, Any]] = Field(default_factory=list)
-    suites: dict[str, list[str]] = Field(default_factory=dict)
+    suites: dict[str, list[str] | StagedSuiteModel] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -174,10 +175,14 @@ class Template:
 
 @dataclass(frozen=True)
 class Catalog:
-    """Templates by id (catalog order) and suites by name (categories included)."""
+    """Templates by id (catalog order) and suites by name (categories included).
+
+    A staged suite is in `suites` too, as all its templates, and in `staged` as stages.
+    """
 
     templates: dict[str, Template]
     suites: dict[str, tuple[str, ...]]
+    staged: dict[str, tuple[Stage, ...]] = field(default_factory=dict)
 
     def template(self, template_id: str) -> Template:
         try:
@@ -206,7 +211,7 @@ class Catalog:
 def load_catalog(dirs: Iterable[Path]) -> Catalog:
     """Load and merge catalog directories, later ones over earlier ones."""
     templates: dict[str, Template] = {}
-    suites: dict[str, tuple[list[str], Path]] = {}
+    suites: dict[str, tuple[list[str] | StagedSuiteModel, Path]] = {}
     for directory in dirs:
         if not directory.is_dir():
             raise CatalogError(
@@ -231,7 +236,7 @@ def load_catalog(dirs: Iterable[Path]) -> Catalog:
     return _finish(templates, suites)
 
 
-def _load_file(path: Path) -> tuple[list[Template], dict[str, list[str]]]:
+def _load_file(path: Path) -> tuple[list[Template], dict[str, list[str] | StagedSuiteModel]]:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as e:
@@ -308,12 +313,23 @@ def _to_template(model: TemplateModel, source: str, items: tuple[WorkItem, ...] 
     )
 
 
-def _finish(templates: dict[str, Template], suites: dict[str, tuple[list[str], Path]]) -> Catalog:
+def _finish(
+    templates: dict[str, Template], suites: dict[str, tuple[list[str] | StagedSuiteModel, Path]]
+) -> Catalog:
     merged: dict[str, tuple[str, ...]] = {}
+    staged: dict[str, tuple[Stage, ...]] = {}
     for template in templates.values():
         merged.setdefault(template.category, ())
         merged[template.category] += (template.id,)
-    for name, (members, path) in suites.items():
+    resolved: dict[str, tuple[list[str], Path]] = {
+        name: (value, path) for name, (value, path) in suites.items() if isinstance(value, list)
+    }
+    for name, (value, path) in suites.items():
+        if isinstance(value, StagedSuiteModel):
+            staged[name] = _stages(name, value, path, templates, resolved)
+            members = [t for stage in staged[name] for t in stage.templates]
+        else:
+            members = value
         missing = [m for m in members if m not in templates]
         if missing:
             raise CatalogError(
@@ -323,7 +339,43 @@ def _finish(templates: dict[str, Template], suites: dict[str, tuple[list[str], P
                 field=f"suites.{name}",
             )
         merged[name] = tuple(dict.fromkeys(members))
-    return Catalog(templates=templates, suites=merged)
+    return Catalog(templates=templates, suites=merged, staged=staged)
+
+
+def _stages(
+    name: str,
+    suite: StagedSuiteModel,
+    path: Path,
+    templates: dict[str, Template],
+    flat: dict[str, tuple[list[str], Path]],
+) -> tuple[Stage, ...]:
+    """A staged suite's stages; a stage's `suites` must name flat suites of the catalog."""
+    stages = []
+    for index, model in enumerate(suite.stages):
+        members = list(model.templates)
+        for suite_name in model.suites:
+            if suite_name not in flat:
+                raise CatalogError(
+                    f"{path}: suite {name!r}: field 'suites.{name}.stages.{index}.suites': "
+                    f"unknown (or staged) suite {suite_name!r}",
+                    hint="a stage may name templates and flat suites",
+                    field=f"suites.{name}",
+                )
+            members += flat[suite_name][0]
+        missing = [m for m in members if m not in templates]
+        if missing:
+            raise CatalogError(
+                f"{path}: suite {name!r}: field 'suites.{name}.stages.{index}': "
+                f"unknown templates: {', '.join(missing)}",
+                hint="define them under `templates:` or remove them from the stage",
+                field=f"suites.{name}",
+            )
+        stages.append(Stage(tuple(dict.fromkeys(members)), parse_policy(model.policy)))
+    try:
+        check_stages(stages, f"{path}: suite {name!r}")
+    except ValueError as e:
+        raise CatalogError(str(e), hint="see docs/stages.md", field=f"suites.{name}") from None
+    return tuple(stages)
 
 
 def _describe(error: ValidationError) -> str:

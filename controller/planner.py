@@ -18,6 +18,7 @@ ambiguous or names nothing is refused with the choices, never guessed at.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -26,6 +27,7 @@ from controller.batches import WorkItem, check_batch_size, split
 from controller.catalog import Catalog, Template
 from controller.errors import AmbiguousRequestError, InputError, UnknownNameError
 from controller.principal.grammar import Reading, read_request
+from controller.stages import Stage
 
 MAX_WORKERS = 64
 COST_PRIORITY_PARALLEL = 2
@@ -52,6 +54,7 @@ class PlanRequest:
     max_parallel: int | None = None
     items: tuple[WorkItem, ...] | None = None  # ad-hoc items for the one template named
     batch_size: int | None = None
+    stages: tuple[Stage, ...] = ()  # a staged request; else a staged suite named alone
     exclude: tuple[str, ...] = ()  # template ids left out on request ("but not portal-test")
     max_runtime_s: float | None = None  # templates that may run longer are left out
 
@@ -78,9 +81,15 @@ class Plan:
     batches: tuple[BatchPlan, ...] = field(default=())
     max_runtime_s: float | None = None
     interpretation: dict[str, Any] | None = field(default=None, compare=False)
+    stages: tuple[dict[str, Any], ...] = ()  # staged runs: each stage with its estimates
+    critical_path: tuple[str, ...] = ()  # the template that ends last, stage by stage
+    estimates: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "stages": list(self.stages),
+            "critical_path": list(self.critical_path),
+            "estimates": self.estimates,
             "batches": [b.to_dict() for b in self.batches],
             "selected": list(self.selected),
             "excluded": [{"template_id": e.template_id, "reason": e.reason} for e in self.excluded],
@@ -151,9 +160,24 @@ def _check_items_request(wanted: list[str], request: PlanRequest) -> None:
                          hint="e.g. `simplectl run TEMPLATE --items FILE`", field="items")
 
 
-def plan(catalog: Catalog, request: PlanRequest) -> Plan:
-    """Select, order and size a run from the catalog."""
+def plan(
+    catalog: Catalog, request: PlanRequest, sources: Mapping[str, str] | None = None
+) -> Plan:
+    """Select, order and size a run from the catalog; a staged one stage by stage.
+
+    `sources` says, per template, where its estimate comes from (`catalog`, or
+    `observed (n=…)` when `catalog` carries ranges learnt from earlier runs).
+    """
+    from controller.stage_plan import estimates, plan_staged, requested_stages
+
     request, reading = _apply_query(catalog, request)
+    stages = requested_stages(catalog, request)
+    result = plan_staged(catalog, request, stages) if stages else _plan_flat(catalog, request)
+    result = replace(result, interpretation=reading.interpretation() if reading else None)
+    return replace(result, estimates=estimates(catalog, result.selected, sources or {}))
+
+
+def _plan_flat(catalog: Catalog, request: PlanRequest) -> Plan:
     wanted, asked_out = _without_exclusions(_select(catalog, request), request, catalog)
     _check_items_request(wanted, request)
     templates = [_scaled(with_items(catalog, request, t)) for t in wanted]
@@ -180,8 +204,13 @@ def plan(catalog: Catalog, request: PlanRequest) -> Plan:
         budget_usd=request.budget_usd,
         expensive=tuple(t.id for t in selected if _is_expensive(t)),
         max_runtime_s=request.max_runtime_s,
-        interpretation=reading.interpretation() if reading else None,
+        critical_path=critical_path(selected),
     )
+
+
+def critical_path(templates: list[Template]) -> tuple[str, ...]:
+    """The template that ends last (longest max runtime): what the run waits for."""
+    return (max(templates, key=lambda t: t.runtime_s[1]).id,) if templates else ()
 
 
 def _without_exclusions(
@@ -363,4 +392,5 @@ def _apply_query(catalog: Catalog, request: PlanRequest) -> tuple[PlanRequest, R
         max_parallel=request.max_parallel or reading.max_parallel,
         exclude=tuple(dict.fromkeys([*request.exclude, *reading.exclude])),
         max_runtime_s=request.max_runtime_s or reading.max_runtime_s,
+        stages=request.stages,
     ), reading

@@ -32,6 +32,10 @@ def report_junit(report: dict[str, Any], items: list[dict[str, Any]] | None = No
     props = ET.SubElement(suite, "properties")
     for name in ("cost_usd", "tokens_used", "llm_calls", "mechanism_coverage_pct"):
         ET.SubElement(props, "property", {"name": name, "value": str(totals[name])})
+    # The chain's last hash pins the result in the CI log (`simplectl verify RUN`).
+    ET.SubElement(
+        props, "property", {"name": "ledger_head", "value": str(report.get("ledger_head") or "")}
+    )
     by_sandbox: dict[str, list[dict[str, Any]]] = {}
     for item in items or []:
         by_sandbox.setdefault(item["sandbox_id"], []).append(item)
@@ -51,8 +55,8 @@ def report_junit(report: dict[str, Any], items: list[dict[str, Any]] | None = No
             },
         )
         case_props = ET.SubElement(case, "properties")
-        for name in ("sandbox_id", "cost_usd", "duration_s", "attempts", "exit_code"):
-            ET.SubElement(case_props, "property", {"name": name, "value": str(sandbox[name])})
+        for name in ("sandbox_id", "stage", "cost_usd", "duration_s", "attempts", "exit_code"):
+            ET.SubElement(case_props, "property", {"name": name, "value": str(sandbox.get(name))})
         status = sandbox["status"]
         error = _clean(sandbox["error"] or "")
         if status == "skipped":
@@ -112,8 +116,11 @@ def report_markdown(report: dict[str, Any], problems: list[dict[str, Any]] | Non
         f"{totals['llm_calls']} LLM calls, mechanism coverage "
         f"{totals['mechanism_coverage_pct']}%",
         "",
-        "| template | status | attempts | exit | duration (s) | cost ($) | error |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"Ledger head: `{report.get('ledger_head') or 'none'}` (check it with "
+        f"`simplectl verify {report['run_id']}`)",
+        "",
+        "| template | status | attempts | exit | duration (s) | cost ($) | error | stage |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     items = totals.get("items") or {}
     if items.get("total"):
@@ -125,7 +132,8 @@ def report_markdown(report: dict[str, Any], problems: list[dict[str, Any]] | Non
             f"| {s['template_id']} | {icon.get(s['status'], '❌')} {s['status']} | "
             f"{s['attempts']} | {s['exit_code'] if s['exit_code'] is not None else ''} | "
             f"{s['duration_s'] if s['duration_s'] is not None else ''} | "
-            f"{s['cost_usd'] if s['cost_usd'] is not None else ''} | {error} |"
+            f"{s['cost_usd'] if s['cost_usd'] is not None else ''} | {error} | "
+            f"{s.get('stage', 0)} |"
         )
     if problems:
         lines += ["", "| item | template | outcome | reason or error |",

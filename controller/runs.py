@@ -10,13 +10,14 @@ import zlib
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from controller.batches import WorkItem, items_jsonl
 from controller.catalog import Catalog, Template
 from controller.db.schema import runs, sandboxes
 from controller.errors import ConflictError, InputError, NotFoundError
+from controller.estimates import planning_catalog
 from controller.planner import (
     EXPENSIVE_USD,
     Plan,
@@ -26,6 +27,7 @@ from controller.planner import (
     with_items,
 )
 from controller.report import attempt_rows
+from controller.stages import stage_summary
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus
 from controller.store.base import ObjectStore, items_key
 from sandbox_image.contract import SANDBOX_ID_MAX_LENGTH
@@ -62,6 +64,8 @@ def sandbox_spec(template: Template, seed: int, default_image: str) -> dict[str,
         "config": config,
         "timeout_s": template.timeout_s,
         "estimate_min_usd": template.cost_usd[0],
+        "estimate_max_usd": template.cost_usd[1],
+        "estimate_runtime_s": list(template.runtime_s),
         "resources": {"cpu": template.cpu, "memory": template.memory},
         "seed": (seed * 1_000_003 + zlib.crc32(template.id.encode())) % 2**31,
     }
@@ -89,7 +93,8 @@ def create_run(
         existing = _by_key(engine, idempotency_key, digest)
         if existing:
             return existing, False
-    the_plan = plan(catalog, request)
+    catalog, sources = planning_catalog(engine, catalog)  # estimates learnt from earlier runs
+    the_plan = plan(catalog, request, sources)
     if not the_plan.selected:
         reasons = "; ".join(f"{e.template_id}: {e.reason}" for e in the_plan.excluded[:3])
         raise InputError(
@@ -116,6 +121,9 @@ def create_run(
                     request_hash=digest,
                     cancel_requested=False,
                     created_at=now,
+                    stage=0,
+                    confirm_over=bool(body.get("confirm_over")),
+                    alerts=[],
                 )
             )
             conn.execute(insert(sandboxes), [r for r, _ in rows])
@@ -168,6 +176,7 @@ def _sandbox_rows(
 ) -> list[tuple[dict[str, Any], tuple[WorkItem, ...]]]:
     """The sandbox rows in launch order (a batch template has one per batch), with items."""
     expensive = set(the_plan.expensive)
+    stage_of = {t: s["index"] for s in the_plan.stages for t in s["templates"]}
     units: list[tuple[Template, int | None, tuple[WorkItem, ...]]] = []
     for template_id in the_plan.selected:
         template = with_items(catalog, request, template_id)
@@ -197,20 +206,62 @@ def _sandbox_rows(
             "aggregated": False,
             "expensive": (template.cost_usd[1] * len(items) >= EXPENSIVE_USD) if batch
             else template.id in expensive,
+            "stage": stage_of.get(template.id, 0),
+            "cost_alerted": False,
         }, items))
     return rows
 
 
-def get_run(engine: Engine, run_id: str) -> dict[str, Any]:
-    """One run with its sandboxes and their progress."""
+SANDBOX_PAGE_MAX = 1000  # sandboxes per GET /v1/runs/{id}; runs up to this size fit one page
+
+
+def get_run(
+    engine: Engine, run_id: str, limit: int = SANDBOX_PAGE_MAX, offset: int = 0
+) -> dict[str, Any]:
+    """One run with a page of its sandboxes (launch order) and counts over all of them."""
     with engine.connect() as conn:
         run = conn.execute(select(runs).where(runs.c.id == run_id)).first()
         if run is None:
             raise NotFoundError(f"unknown run {run_id}", hint="list runs with `simplectl status`")
         rows = conn.execute(
-            select(sandboxes).where(sandboxes.c.run_id == run_id).order_by(sandboxes.c.position)
+            select(*[c for c in sandboxes.c if c.name not in _UNPUBLISHED])
+            .where(sandboxes.c.run_id == run_id)
+            .order_by(sandboxes.c.position)
+            .limit(min(limit, SANDBOX_PAGE_MAX))
+            .offset(offset)
         ).all()
-    return {**public_run(run._asdict()), "sandboxes": [public_sandbox(r._asdict()) for r in rows]}
+        counts = {
+            status: int(n)
+            for status, n in conn.execute(
+                select(sandboxes.c.status, func.count())
+                .where(sandboxes.c.run_id == run_id)
+                .group_by(sandboxes.c.status)
+            )
+        }
+        grouped = _stages(conn, run)
+    return {
+        **public_run(run._asdict()),
+        "sandboxes": [public_sandbox(r._asdict()) for r in rows],
+        "sandboxes_total": sum(counts.values()),
+        "sandbox_counts": counts,
+        "stages": grouped,
+    }
+
+
+def _stages(conn: Any, run: Any) -> list[dict[str, Any]]:
+    """A staged run's sandboxes by stage (all of them, whatever the page); [] if flat."""
+    if not (run.plan or {}).get("stages"):
+        return []
+    members = conn.execute(
+        select(sandboxes.c.id.label("sandbox_id"), sandboxes.c.status, sandboxes.c.stage)
+        .where(sandboxes.c.run_id == run.id)
+        .order_by(sandboxes.c.position)
+    ).all()
+    return stage_summary(run.plan, [m._asdict() for m in members])
+
+
+# Large columns the public view never shows: not read for a run page.
+_UNPUBLISHED = frozenset({"spec", "token_hash"})
 
 
 def get_run_row(engine: Engine, run_id: str) -> Any:
@@ -262,6 +313,10 @@ def public_run(row: dict[str, Any]) -> dict[str, Any]:
         "max_parallel": row["max_parallel"],
         "cancel_requested": row["cancel_requested"],
         "error": row["error"],
+        "stage": row.get("stage") or 0,
+        "confirm_over": bool(row.get("confirm_over")),
+        "hold_reason": row.get("hold_reason"),
+        "alerts": row.get("alerts") or [],
         "created_at": _iso(row["created_at"]),
         "started_at": _iso(row["started_at"]),
         "finished_at": _iso(row["finished_at"]),
@@ -273,6 +328,7 @@ def public_sandbox(row: dict[str, Any]) -> dict[str, Any]:
         "sandbox_id": row["id"],
         "run_id": row["run_id"],
         "template_id": row["template_id"],
+        "stage": row.get("stage") or 0,
         "status": row["status"],
         "attempts": row["attempt"],
         "exit_code": row["exit_code"],

@@ -83,6 +83,12 @@ class Settings(BaseSettings):
         description="How long aggregation retries a failing store before it "
         "records the sandbox without its snapshot.",
     )
+    cost_alert_ratio: float = Field(
+        1.2,
+        gt=0,
+        description="Raise a cost alert when a sandbox's cost passes this many times its "
+        "estimate (max); runs created with confirm_over then wait for a confirmation.",
+    )
     lost_grace_s: float = Field(
         10.0, ge=0, description="How long a launched sandbox may be unseen before it is lost."
     )

@@ -27,6 +27,7 @@ ENV_SNAPSHOT_URL = "SIMPLE_SNAPSHOT_URL"
 # Optional (wave 2): present only when they apply.
 ENV_ITEMS_URL = "SIMPLE_ITEMS_URL"
 ENV_RESUME_URL = "SIMPLE_RESUME_URL"
+ENV_INPUT_URL = "SIMPLE_INPUT_URL"  # staged runs: the previous stage's rows
 
 ENV_NAMES: tuple[str, ...] = (
     ENV_SANDBOX_ID,
@@ -146,6 +147,7 @@ class SandboxEnv:
     snapshot_url: str
     items_url: str | None = None
     resume_url: str | None = None
+    input_url: str | None = None  # GET: the previous stage's rows (SQLite), staged runs only
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> SandboxEnv:
@@ -178,11 +180,16 @@ class SandboxEnv:
             snapshot_url=env[ENV_SNAPSHOT_URL],
             items_url=env.get(ENV_ITEMS_URL) or None,
             resume_url=env.get(ENV_RESUME_URL) or None,
+            input_url=env.get(ENV_INPUT_URL) or None,
         )
 
     def to_environ(self) -> dict[str, str]:
         """The variables a backend injects into the sandbox."""
-        optional = {ENV_ITEMS_URL: self.items_url, ENV_RESUME_URL: self.resume_url}
+        optional = {
+            ENV_ITEMS_URL: self.items_url,
+            ENV_RESUME_URL: self.resume_url,
+            ENV_INPUT_URL: self.input_url,
+        }
         return {
             **{name: value for name, value in optional.items() if value},
             ENV_SANDBOX_ID: self.sandbox_id,

@@ -47,6 +47,13 @@ from sandbox_image.batch import (
 )
 from sandbox_image.contract import ContractError, EventType, SandboxEnv
 from sandbox_image.fetch import FetchError, fetch_bytes
+from sandbox_image.gather import (
+    INPUT_SCHEMA_SQL,
+    MAX_INPUT_BYTES,
+    InputError,
+    read_input,
+    record_input,
+)
 from sandbox_image.outbox import Deadline, EventSender, Outbox, utc_now_iso
 from sandbox_image.resume import MAX_CHECKPOINT_BYTES, Restored, ResumeError, restore
 from sandbox_image.simulation import (
@@ -132,6 +139,7 @@ class Runtime:
         self.entrypoint: Callable[[Any], Any] = builtin_evaluate
         self._item_totals = Totals()
         self.steps_total = 0
+        self.gathered: dict[str, int] = {}
 
     @property
     def run_id(self) -> str:
@@ -164,7 +172,7 @@ class Runtime:
                 SimulationFailure("config_error", str(e), transient=False, step=0), Totals())
         try:
             self._fetch_inputs()
-        except (FetchError, ItemsError, ConfigError) as e:
+        except (FetchError, ItemsError, ConfigError, InputError) as e:
             return self._finish_failed(SimulationFailure(
                 "input_error", str(e), transient=isinstance(e, FetchError), step=0), Totals())
         simulation = Simulation(self.config, seed=self.env.seed, attempt=self.env.attempt,
@@ -198,7 +206,14 @@ class Runtime:
             if self.env.resume_url:
                 self._resume(fetch_bytes(client, self.env.resume_url, "checkpoint",
                                          MAX_CHECKPOINT_BYTES, deadline))
+            if self.env.input_url:
+                self._gather(fetch_bytes(client, self.env.input_url, "stage input",
+                                         MAX_INPUT_BYTES, deadline))
+            elif self.env.template_config.get("gather"):
+                raise InputError("this template gathers a previous stage's results, but "
+                                 "SIMPLE_INPUT_URL is not set: run it as a later stage")
             if self.env.items_url:
+                self.store.use_fast_commits()
                 items = parse_items(fetch_bytes(client, self.env.items_url, "items",
                                                 MAX_ITEMS_BYTES, deadline))
                 done = self.restored.item_ids if self.restored else set()
@@ -207,6 +222,17 @@ class Runtime:
                 logger.info("batch: %d items (%d done before)", len(self.items), len(done))
                 if len(self.items) + len(done) > MAX_ITEMS:
                     raise ItemsError(f"more than {MAX_ITEMS} items")
+
+    def _gather(self, data: bytes) -> None:
+        """A later stage: read the previous stage's rows and keep them in the snapshot."""
+        stage_input = read_input(data)
+        self.store.ensure_schema(INPUT_SCHEMA_SQL)
+        with self.store.transaction() as conn:
+            record_input(conn, stage_input)
+        logger.info("gathered the previous stage: %d sandboxes, %d runs",
+                    len(stage_input.sandboxes), len(stage_input.runs))
+        self.gathered = {"input_sandboxes": len(stage_input.sandboxes),
+                         "input_runs": len(stage_input.runs)}
 
     def _resume(self, checkpoint: bytes) -> None:
         try:
@@ -256,6 +282,7 @@ class Runtime:
                 data["resume_error"] = self.resume_error
             if self.items is not None:
                 data["items"] = len(self.items)
+            data.update(self.gathered)
             self.outbox.append(EventType.STARTED, data, conn)
         logger.info("sandbox %s started: run %s, template %s, attempt %d, seed %d, "
                     "%d agents x %d steps", self.env.sandbox_id, self.env.run_id,

@@ -18,8 +18,28 @@ from pydantic.json_schema import JsonDict
 
 from controller.batches import MAX_BATCH_SIZE, MAX_ITEM_DATA_BYTES, MAX_RUN_ITEMS, check_items
 from controller.planner import PlanRequest, Priority
+from controller.stages import Stage, parse_policy
 from controller.states import RunStatus, SandboxStatus
 from sandbox_image.contract import EventType
+
+
+class StageRequest(BaseModel):
+    """One stage of a staged request: templates launched together, and its policy."""
+
+    model_config = ConfigDict(extra="forbid")
+    templates: list[str] = Field(min_length=1, max_length=1000, description="Template ids")
+    policy: str | dict[str, int] = Field(
+        "all", description='"all", "best_effort" or {"quorum": k}'
+    )
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: str | dict[str, int]) -> str | dict[str, int]:
+        parse_policy(value)
+        return value
+
+    def stage(self) -> Stage:
+        return Stage(tuple(self.templates), parse_policy(self.policy))
 
 
 class RunCreate(BaseModel):
@@ -41,6 +61,16 @@ class RunCreate(BaseModel):
     priority: Priority = Field(Priority.BALANCED, description="speed, cost or balanced")
     max_parallel: int | None = Field(None, ge=1, le=1000, description="Sandboxes at once")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Base seed for deterministic runs")
+    stages: list[StageRequest] | None = Field(
+        None,
+        max_length=32,
+        description="Run in stages: stage N+1 starts when stage N met its policy",
+    )
+    confirm_over: bool = Field(
+        False,
+        description="When a sandbox's cost passes SIMPLE_COST_ALERT_RATIO x its estimate, "
+        "stop launching until POST /v1/runs/{id}/confirm",
+    )
     items: list[dict[str, Any]] | None = Field(
         None,
         max_length=MAX_RUN_ITEMS,
@@ -61,6 +91,7 @@ class RunCreate(BaseModel):
             budget_usd=self.budget_usd,
             priority=self.priority,
             max_parallel=self.max_parallel,
+            stages=tuple(s.stage() for s in self.stages or ()),
             items=None if self.items is None else check_items(self.items, "request"),
             batch_size=self.batch_size,
         )
@@ -319,6 +350,10 @@ class AttemptPublic(_Public):
     cost_usd: float | None
     started_at: Timestamp
     finished_at: Timestamp
+    exited_at: Timestamp | None = Field(None, description="When the backend saw it end")
+    recorded_at: Timestamp | None = Field(
+        None, description="When its end (and snapshot rows) were committed"
+    )
     resumed_from_step: int | None = Field(
         None, description="The checkpoint's last step this attempt resumed after; null: fresh"
     )
@@ -350,9 +385,11 @@ class RunSummary(_Public):
 
 
 class RunPublic(RunSummary):
-    """A run with its sandboxes."""
+    """A run with its sandboxes (a page of them: `limit` and `offset`, in launch order)."""
 
     sandboxes: list[SandboxPublic]
+    sandboxes_total: int = Field(description="Sandboxes in the run, on every page")
+    sandbox_counts: dict[str, int] = Field(description="Sandboxes per status, whole run")
 
 
 class RunList(_Public):
@@ -412,7 +449,10 @@ class Report(_Public):
     created_at: Timestamp
     finished_at: Timestamp
     plan: PlanPublic
-    sandboxes: list[ReportSandbox]
+    sandboxes: list[ReportSandbox] = Field(
+        description="A page of rows, in launch order (`limit`, `offset`); totals cover all"
+    )
+    sandboxes_total: int = Field(description="Rows in the whole report")
     totals: ReportTotals
     by_template: list[ReportByTemplate]
     by_mechanism: list[ReportByMechanism]

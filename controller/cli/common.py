@@ -111,8 +111,10 @@ def run_body(
     parallel: int | None,
     query: str | None,
     seed: int,
+    confirm_over: bool = False,
 ) -> dict[str, Any]:
     return {
+        "confirm_over": confirm_over,
         "names": names,
         "budget_usd": budget,
         "priority": priority.value,

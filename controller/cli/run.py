@@ -92,6 +92,14 @@ def run(
     idempotency_key: Annotated[
         str | None, typer.Option("--idempotency-key", envvar="SIMPLE_IDEMPOTENCY_KEY")
     ] = None,
+    confirm_over: Annotated[
+        bool,
+        typer.Option(
+            "--confirm-over",
+            help="On a cost alert (SIMPLE_COST_ALERT_RATIO x estimate) stop launching "
+            "until `simplectl confirm RUN`.",
+        ),
+    ] = False,
     verbose: Verbose = False,
 ) -> None:
     """Plan and run templates, print the report.
@@ -104,7 +112,7 @@ def run(
         raise fail(f"unknown backend {backend!r}; use process, docker or kubernetes")
     if server and backend:
         raise fail("--backend applies to the embedded controller; the server has its own")
-    body = run_body(names, budget, priority, parallel, query, seed)
+    body = run_body(names, budget, priority, parallel, query, seed, confirm_over)
     with errors_to_exit():
         body.update(items_body(items, batch_size))
         if dry_run:

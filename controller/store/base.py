@@ -10,6 +10,11 @@ def snapshot_key(run_id: str, sandbox_id: str, attempt: int) -> str:
     return f"snapshots/{run_id}/{sandbox_id}/attempt-{attempt}.sqlite"
 
 
+def input_key(run_id: str, stage: int) -> str:
+    """The SQLite file a stage's sandboxes read (SIMPLE_INPUT_URL): the previous stage's rows."""
+    return f"inputs/{run_id}/stage-{stage}.sqlite"
+
+
 def items_key(run_id: str, sandbox_id: str, attempt: int | None = None) -> str:
     """A batch sandbox's items: all of them, or what one retry attempt still has to run."""
     name = "items" if attempt is None else f"attempt-{attempt}"

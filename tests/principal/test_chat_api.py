@@ -375,3 +375,35 @@ def test_the_dashboard_chat_panel(served: EmbeddedServer) -> None:
         stolen = other.post("/v1/chat", json={"message": "yes",
                                               "conversation_id": reply["conversation_id"]})
         assert stolen.status_code == 404
+
+
+def test_ws_pushes_notices_of_the_runs_it_started(served: EmbeddedServer) -> None:
+    with connect(ws_url(served), additional_headers={"Authorization": "Bearer t1"}) as ws:
+        ws.send(json.dumps({"message": "run overrun"}))
+        started = json.loads(ws.recv(timeout=30))
+        assert started["kind"] == "started"
+        deadline = time.monotonic() + 60
+        while True:
+            message = json.loads(ws.recv(timeout=max(1.0, deadline - time.monotonic())))
+            if message["type"] == "notice":
+                break
+        assert message["kind"] == "cost" and message["run_id"] == started["run"]["run_id"]
+
+
+def test_simplectl_chat_is_a_conversation(served: EmbeddedServer) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIMPLE_")}
+    env.update(SIMPLE_SERVER=served.url, SIMPLE_TOKEN="t1")
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.cli", "chat"],
+        input="be thorough\nA\nno\nwhat's running?\n\n",
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "A) portal, thorough" in out  # the choices
+    assert "4 templates, $25.00-50.00" in out and "Start it? (yes/no)" in out  # A, planned
+    assert "nothing was started" in out  # "no"

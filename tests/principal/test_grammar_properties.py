@@ -61,7 +61,7 @@ def requests(draw: st.DrawFn) -> tuple[str, list[str], float | None, int | None,
     return text, suites, budget, parallel, runtime
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(requests())
 def test_numbers_land_in_their_fields_and_no_suite_is_dropped(
     request: tuple[str, list[str], float | None, int | None, int | None],

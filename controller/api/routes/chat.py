@@ -144,7 +144,7 @@ async def _push_notices(
     websocket: WebSocket, principal: Principal, conversation_id: str, owner: str
 ) -> None:
     conversation = principal.conversations.open(conversation_id, owner)
-    for notice in await asyncio.to_thread(principal.new_notices, conversation):
+    for notice in await asyncio.to_thread(principal.notices_for, conversation):
         await _send(websocket, {"type": "notice", **notice})
 
 

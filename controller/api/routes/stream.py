@@ -118,7 +118,7 @@ async def stream_run(
     ] = 0,
 ) -> StreamingResponse:
     """Live run state and sandbox events (SSE); resume with Last-Event-ID."""
-    run = await asyncio.to_thread(get_run, controller.engine, run_id)  # 404 before streaming
+    run, _ = await _shared_run(controller.engine, run_id)  # 404 before streaming
     if last_event_id and last_event_id.isdigit():
         after = int(last_event_id)
     return StreamingResponse(
