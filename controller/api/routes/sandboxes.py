@@ -10,6 +10,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy import select
 
+from controller.api.body_guard import ATTEMPT_KEY
 from controller.api.deps import Authorized, ControllerDep
 from controller.api.models import (
     EventBatch,
@@ -27,6 +28,7 @@ from controller.errors import (
     SimpleError,
     UnauthorizedError,
 )
+from controller.event_quota import EventQuota
 from controller.event_writer import EventWriter
 from controller.ingest import (
     PERSISTENCE_FLAG,
@@ -109,7 +111,7 @@ def _follow(controller: Any, sandbox_id: str) -> Iterator[bytes]:
 @router.post(
     "/{sandbox_id}/events",
     response_model=EventsAccepted,
-    responses=error_responses(400, 401, 403, 409, 503),
+    responses=error_responses(400, 401, 403, 409, 413, 429, 503),
 )
 async def post_events(
     sandbox_id: SandboxId,
@@ -133,7 +135,30 @@ async def post_events(
     writer: EventWriter | None = getattr(state, "event_writer", None)
     if writer is None or writer.engine is not controller.engine:
         writer = state.event_writer = EventWriter(controller.engine)
-    return await asyncio.wrap_future(writer.submit(incoming))
+    # BodyGuard found the attempt whose token this is (none: the writer answers 401/403).
+    attempt: int | None = getattr(request.state, ATTEMPT_KEY, None)
+    if attempt is None:
+        return await asyncio.wrap_future(writer.submit(incoming))
+    quota = _event_quota(request, controller)
+    cost = (sandbox_id, attempt, len(batch.events), len(await request.body()))
+    await asyncio.to_thread(quota.reserve, *cost)
+    try:
+        return await asyncio.wrap_future(writer.submit(incoming))
+    except SimpleError:
+        quota.release(*cost)
+        raise
+
+
+def _event_quota(request: Request, controller: Any) -> EventQuota:
+    quota: EventQuota | None = getattr(request.app.state, "event_quota", None)
+    if quota is None or quota.engine is not controller.engine:
+        settings = controller.settings
+        quota = request.app.state.event_quota = EventQuota(
+            controller.engine,
+            settings.events_max_per_attempt,
+            settings.events_max_bytes_per_attempt,
+        )
+    return quota
 
 
 @router.put(
