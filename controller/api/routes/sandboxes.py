@@ -184,8 +184,11 @@ async def put_snapshot(
     signature: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
 ) -> dict[str, Any]:
     """Where sandboxes upload snapshots when the store has no presigned URLs (local store)."""
-    row = load_sandbox(controller.engine, sandbox_id)
-    if not signature_matches(signature, row.token_hash, sandbox_id, attempt):
+    try:
+        row = load_sandbox(controller.engine, sandbox_id)
+    except NotFoundError:  # the same answer as a wrong signature: ids are not probed here
+        row = None
+    if row is None or not signature_matches(signature, row.token_hash, sandbox_id, attempt):
         raise UnauthorizedError(
             f"invalid upload signature for sandbox {sandbox_id}",
             hint="PUT to SIMPLE_SNAPSHOT_URL exactly as given",
