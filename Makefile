@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install quick test lint typecheck check bench bench-docker bench-ingest bench-aggregate bench-schedule clean
+.PHONY: help install quick test lint typecheck check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-dashboard clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -40,8 +40,14 @@ bench: $(STAMP) ## Controller overhead per sandbox on the process backend
 bench-docker: $(STAMP) ## SIMPLE vs bare CLI and SDK loops: 64 no-op containers, 8 at once (builds its image)
 	$(BIN)/python bench/docker_bench.py
 
+bench-scale: $(STAMP) ## 1,000 sandboxes in one run over a DB of 100 such runs (instant + process backends)
+	$(BIN)/python bench/scale_bench.py
+
 bench-schedule: $(STAMP) ## Launch order: ultra's estimates as sleeps, 8 at once, vs the lower bound
 	$(BIN)/python bench/schedule_bench.py
+
+bench-dashboard: $(STAMP) ## Run page of 1,000 sandboxes: render vs the JSON API, stream fan-out to 20 viewers vs 1
+	$(BIN)/python bench/dashboard_bench.py
 
 bench-ingest: $(STAMP) ## Event ingestion on PostgreSQL vs the same endpoint without persistence
 	$(BIN)/python bench/ingest_bench.py

@@ -15,7 +15,7 @@ import math
 import os
 import sqlite3
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert
@@ -23,7 +23,8 @@ from sqlalchemy import Connection, delete, insert
 from controller.db.schema import result_runs, result_steps
 from controller.errors import SnapshotRejected
 from controller.snapshot_guard import CPU_BUDGET_S, check_schema, open_under_budget
-from sandbox_image.contract import SNAPSHOT_COLUMN_TYPES, SNAPSHOT_TABLES
+from controller.snapshot_items import load_items, read_items
+from sandbox_image.contract import OPTIONAL_SNAPSHOT_TABLES, SNAPSHOT_COLUMN_TYPES, SNAPSHOT_TABLES
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 # Every step row becomes a Python tuple before loading: this bounds the reader's memory.
@@ -58,6 +59,7 @@ _STEP_TYPES = {
 class SnapshotRows:
     runs: list[dict[str, Any]]
     steps: list[tuple[Any, ...]]
+    items: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 def read_snapshot(data: bytes, max_bytes: int, cpu_s: float = CPU_BUDGET_S) -> SnapshotRows:
@@ -85,7 +87,7 @@ def _read_private_copy(path: str, cpu_s: float) -> SnapshotRows:
         with open_under_budget(path, cpu_s) as conn:
             check_schema(conn, SNAPSHOT_COLUMN_TYPES)
             _check_tables(conn)
-            for table in SNAPSHOT_TABLES:
+            for table in _present_tables(conn):
                 check = conn.execute(f'PRAGMA main.quick_check("{table}")').fetchall()
                 if check != [("ok",)]:
                     raise SnapshotRejected(f"snapshot failed the integrity check: {check[0][0]}")
@@ -94,6 +96,7 @@ def _read_private_copy(path: str, cpu_s: float) -> SnapshotRows:
                 for r in _select(conn, "runs", limit=MAX_RUN_ROWS + 1)
             ]
             steps = _checked_steps(conn)
+            items = read_items(conn)
     except sqlite3.DatabaseError as e:
         raise SnapshotRejected(f"snapshot is not a readable SQLite database: {e}") from e
     if not runs:
@@ -121,11 +124,19 @@ def _read_private_copy(path: str, cpu_s: float) -> SnapshotRows:
         )
     for run in runs:
         run["mechanisms_used"] = _mechanisms(run["mechanisms_used"])
-    return SnapshotRows(runs=runs, steps=steps)
+    return SnapshotRows(runs=runs, steps=steps, items=items)
+
+
+def _present_tables(conn: sqlite3.Connection) -> list[str]:
+    """The contract tables in the file (the optional ones may be absent)."""
+    return [t for t in SNAPSHOT_TABLES if t not in OPTIONAL_SNAPSHOT_TABLES or conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (t,)).fetchone()]
 
 
 def _check_tables(conn: sqlite3.Connection) -> None:
     for table, columns in SNAPSHOT_TABLES.items():
+        if table in OPTIONAL_SNAPSHOT_TABLES:
+            continue  # checked by their own readers
         kind = conn.execute("SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
         if kind is None or kind[0] != "table":
             raise SnapshotRejected(
@@ -257,6 +268,7 @@ def load_snapshot(conn: Connection, run_id: str, sandbox_id: str, rows: Snapshot
             for r in rows.runs
         ],
     )
+    load_items(conn, run_id, sandbox_id, rows.runs[0]["template_id"], rows.items)
     if rows.steps:
         if conn.dialect.name == "postgresql":
             _copy_steps(conn, run_id, sandbox_id, rows.steps)

@@ -18,8 +18,16 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from controller.batches import (
+    ENTRYPOINT,
+    MAX_BATCH_SIZE,
+    WorkItem,
+    check_items,
+    read_items_file,
+)
 from controller.errors import CatalogError, InputError, UnknownNameError
 from controller.quantities import memory_bytes, nano_cpus
+from controller.stages import Stage, StagedSuiteModel, check_stages, parse_policy
 
 TEMPLATE_ID = re.compile(r"^[a-z0-9_]+$")
 MECHANISM = re.compile(r"^M([1-9]|1[0-7])$")
@@ -78,6 +86,21 @@ class TemplateModel(BaseModel):
     image: str | None = None
     command: list[str] | None = None
     config: dict[str, Any] = Field(default_factory=dict)
+    items: list[Any] | None = Field(
+        None, description='Batch template: a list of {"item_id", "data"}')
+    items_file: str | None = Field(
+        None, description="Batch template: a JSON Lines file of items beside the catalog file")
+    batch_size: int | None = Field(
+        None, ge=1, le=MAX_BATCH_SIZE, strict=True, description="Items per sandbox at most")
+    entrypoint: str | None = Field(
+        None, description="module:function called with each item's data")
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint(cls, value: str | None) -> str | None:
+        if value is not None and not ENTRYPOINT.match(value):
+            raise ValueError(f"{value!r} must be module:function, e.g. evals.check:run")
+        return value
 
     @field_validator("id")
     @classmethod
@@ -105,7 +128,7 @@ class TemplateModel(BaseModel):
 class CatalogFileModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     templates: list[dict[str, Any]] = Field(default_factory=list)
-    suites: dict[str, list[str]] = Field(default_factory=dict)
+    suites: dict[str, list[str] | StagedSuiteModel] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,6 +149,9 @@ class Template:
     command: tuple[str, ...] | None
     config: dict[str, Any] = field(hash=False, compare=False)
     source: str = ""
+    items: tuple[WorkItem, ...] = field(default=(), hash=False, compare=False)
+    batch_size: int | None = None
+    entrypoint: str | None = None
 
     def public(self) -> dict[str, Any]:
         """The template as the API shows it."""
@@ -141,15 +167,22 @@ class Template:
             "image": self.image,
             "command": list(self.command) if self.command else None,
             "config": self.config,
+            "items": len(self.items) or None,
+            "batch_size": self.batch_size,
+            "entrypoint": self.entrypoint,
         }
 
 
 @dataclass(frozen=True)
 class Catalog:
-    """Templates by id (catalog order) and suites by name (categories included)."""
+    """Templates by id (catalog order) and suites by name (categories included).
+
+    A staged suite is in `suites` too, as all its templates, and in `staged` as stages.
+    """
 
     templates: dict[str, Template]
     suites: dict[str, tuple[str, ...]]
+    staged: dict[str, tuple[Stage, ...]] = field(default_factory=dict)
 
     def template(self, template_id: str) -> Template:
         try:
@@ -178,7 +211,7 @@ class Catalog:
 def load_catalog(dirs: Iterable[Path]) -> Catalog:
     """Load and merge catalog directories, later ones over earlier ones."""
     templates: dict[str, Template] = {}
-    suites: dict[str, tuple[list[str], Path]] = {}
+    suites: dict[str, tuple[list[str] | StagedSuiteModel, Path]] = {}
     for directory in dirs:
         if not directory.is_dir():
             raise CatalogError(
@@ -203,7 +236,7 @@ def load_catalog(dirs: Iterable[Path]) -> Catalog:
     return _finish(templates, suites)
 
 
-def _load_file(path: Path) -> tuple[list[Template], dict[str, list[str]]]:
+def _load_file(path: Path) -> tuple[list[Template], dict[str, list[str] | StagedSuiteModel]]:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as e:
@@ -231,11 +264,34 @@ def _load_file(path: Path) -> tuple[list[Template], dict[str, list[str]]]:
                 f"{path}: template {model.id!r}: field 'id': duplicate id in this file"
             )
         seen.add(model.id)
-        result.append(_to_template(model, str(path)))
+        result.append(_to_template(model, str(path), _template_items(model, path)))
     return result, parsed.suites
 
 
-def _to_template(model: TemplateModel, source: str) -> Template:
+def _template_items(model: TemplateModel, path: Path) -> tuple[WorkItem, ...]:
+    where = f"{path}: template {model.id!r}"
+    if model.items is not None and model.items_file is not None:
+        raise CatalogError(f"{where}: fields 'items' and 'items_file' exclude each other",
+                           hint="keep one of them", field="items")
+    try:
+        if model.items is not None:
+            return check_items(model.items, where)
+        if model.items_file is not None:
+            file = (path.parent / model.items_file).resolve()
+            if not file.is_relative_to(path.parent.resolve()):
+                raise CatalogError(f"{where}: field 'items_file': {model.items_file!r} is "
+                                   "outside the catalog directory", field="items_file")
+            return read_items_file(file)
+    except CatalogError:
+        raise
+    except InputError as e:
+        raise CatalogError(f"{where}: field 'items': {e.message}", hint=e.hint,
+                           field="items") from e
+    return ()
+
+
+def _to_template(model: TemplateModel, source: str, items: tuple[WorkItem, ...] = ()
+                 ) -> Template:
     return Template(
         id=model.id,
         category=model.category,
@@ -251,15 +307,29 @@ def _to_template(model: TemplateModel, source: str) -> Template:
         command=tuple(model.command) if model.command else None,
         config=model.config,
         source=source,
+        items=items,
+        batch_size=model.batch_size,
+        entrypoint=model.entrypoint,
     )
 
 
-def _finish(templates: dict[str, Template], suites: dict[str, tuple[list[str], Path]]) -> Catalog:
+def _finish(
+    templates: dict[str, Template], suites: dict[str, tuple[list[str] | StagedSuiteModel, Path]]
+) -> Catalog:
     merged: dict[str, tuple[str, ...]] = {}
+    staged: dict[str, tuple[Stage, ...]] = {}
     for template in templates.values():
         merged.setdefault(template.category, ())
         merged[template.category] += (template.id,)
-    for name, (members, path) in suites.items():
+    resolved: dict[str, tuple[list[str], Path]] = {
+        name: (value, path) for name, (value, path) in suites.items() if isinstance(value, list)
+    }
+    for name, (value, path) in suites.items():
+        if isinstance(value, StagedSuiteModel):
+            staged[name] = _stages(name, value, path, templates, resolved)
+            members = [t for stage in staged[name] for t in stage.templates]
+        else:
+            members = value
         missing = [m for m in members if m not in templates]
         if missing:
             raise CatalogError(
@@ -269,7 +339,43 @@ def _finish(templates: dict[str, Template], suites: dict[str, tuple[list[str], P
                 field=f"suites.{name}",
             )
         merged[name] = tuple(dict.fromkeys(members))
-    return Catalog(templates=templates, suites=merged)
+    return Catalog(templates=templates, suites=merged, staged=staged)
+
+
+def _stages(
+    name: str,
+    suite: StagedSuiteModel,
+    path: Path,
+    templates: dict[str, Template],
+    flat: dict[str, tuple[list[str], Path]],
+) -> tuple[Stage, ...]:
+    """A staged suite's stages; a stage's `suites` must name flat suites of the catalog."""
+    stages = []
+    for index, model in enumerate(suite.stages):
+        members = list(model.templates)
+        for suite_name in model.suites:
+            if suite_name not in flat:
+                raise CatalogError(
+                    f"{path}: suite {name!r}: field 'suites.{name}.stages.{index}.suites': "
+                    f"unknown (or staged) suite {suite_name!r}",
+                    hint="a stage may name templates and flat suites",
+                    field=f"suites.{name}",
+                )
+            members += flat[suite_name][0]
+        missing = [m for m in members if m not in templates]
+        if missing:
+            raise CatalogError(
+                f"{path}: suite {name!r}: field 'suites.{name}.stages.{index}': "
+                f"unknown templates: {', '.join(missing)}",
+                hint="define them under `templates:` or remove them from the stage",
+                field=f"suites.{name}",
+            )
+        stages.append(Stage(tuple(dict.fromkeys(members)), parse_policy(model.policy)))
+    try:
+        check_stages(stages, f"{path}: suite {name!r}")
+    except ValueError as e:
+        raise CatalogError(str(e), hint="see docs/stages.md", field=f"suites.{name}") from None
+    return tuple(stages)
 
 
 def _describe(error: ValidationError) -> str:

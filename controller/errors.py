@@ -12,6 +12,7 @@ class SimpleError(Exception):
 
     status_code = 500
     code = "internal_error"
+    retry_after_s: int | None = None  # sent as Retry-After: when to try again
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -110,6 +111,23 @@ class UnavailableError(SimpleError):
 
     status_code = 503
     code = "unavailable"
+
+    def __init__(
+        self, message: str, *, hint: str | None = None, retry_after_s: int | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.retry_after_s = retry_after_s
+
+
+class BusyError(SimpleError):
+    """The controller is saturated (e.g. its ingest queue is full); try again later."""
+
+    status_code = 429
+    code = "busy"
+
+    def __init__(self, message: str, *, hint: str | None = None, retry_after_s: int = 1) -> None:
+        super().__init__(message, hint=hint)
+        self.retry_after_s = retry_after_s
 
 
 class BackendError(SimpleError):

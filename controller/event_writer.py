@@ -4,6 +4,10 @@ Under load, the `EventWriter` thread takes every batch queued while its previous
 transaction ran, stores them all in one transaction (`ingest.write_group`), then
 answers each request. When a group fails for a reason other than the database
 being down, its requests are written one by one, so one bad batch fails alone.
+
+The queue is bounded (in events): a batch that would overfill it is refused at once
+with `BusyError` (429 and Retry-After), stored nowhere; the sender redelivers it.
+A request is answered only after its transaction committed.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
+from controller import metrics
+from controller.errors import BusyError
 from controller.ingest import (
     EventRequest,
     fail_request,
@@ -52,16 +58,39 @@ class EventWriter:
     sandboxes, measured no faster.)
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(
+        self, engine: Engine, max_queued_events: int = 20_000, retry_after_s: int = 1
+    ) -> None:
         self.engine = engine
+        self.max_queued_events = max_queued_events
+        self.retry_after_s = retry_after_s
         self._queue: queue.Queue[Pending] = queue.Queue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._queued_events = 0  # in batches waiting in `_queue`
+
+    @property
+    def depth(self) -> int:
+        """Batches waiting to be written."""
+        return self._queue.qsize()
 
     def submit(self, request: EventRequest) -> Future[dict[str, Any]]:
+        """Queue a batch; its future resolves after the commit. BusyError when full."""
         future: Future[dict[str, Any]] = Future()
-        self._queue.put((request, future))
+        size = max(len(request.batch), 1)
         with self._lock:
+            # An empty queue takes any batch, so one larger than the bound still gets in.
+            if self._queued_events and self._queued_events + size > self.max_queued_events:
+                raise BusyError(
+                    f"the controller's event queue is full ({self._queued_events} events "
+                    f"waiting, at most {self.max_queued_events}); nothing of this batch "
+                    "was stored",
+                    hint=f"send the same events again after {self.retry_after_s} s "
+                    "(Retry-After)",
+                    retry_after_s=self.retry_after_s,
+                )
+            self._queued_events += size
+            self._queue.put((request, future))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="event-writer", daemon=True)
                 self._thread.start()
@@ -89,7 +118,7 @@ class EventWriter:
     def _take(self, timeout_s: float, exit_when_idle: bool) -> Pending | None:
         """The next queued request, or None; with `exit_when_idle`, None ends the thread."""
         try:
-            return self._queue.get(timeout=timeout_s)
+            return self._taken(self._queue.get(timeout=timeout_s))
         except queue.Empty:
             if not exit_when_idle:
                 return None
@@ -97,14 +126,19 @@ class EventWriter:
             if self._queue.empty():
                 self._thread = None
                 return None
-        return self._queue.get_nowait()
+        return self._taken(self._queue.get_nowait())
+
+    def _taken(self, item: Pending) -> Pending:
+        with self._lock:
+            self._queued_events -= max(len(item[0].batch), 1)
+        return item
 
     def _fill(self, group: list[Pending]) -> list[Pending]:
         """Add whatever else is queued, up to the group's limits."""
         events_in_group = sum(len(request.batch) for request, _ in group)
         while len(group) < MAX_GROUP_REQUESTS and events_in_group < MAX_GROUP_EVENTS:
             try:
-                item = self._queue.get_nowait()
+                item = self._taken(self._queue.get_nowait())
             except queue.Empty:
                 break
             group.append(item)
@@ -126,6 +160,7 @@ class EventWriter:
                 future.set_exception(request.error)
             else:
                 assert request.answer is not None
+                metrics.EVENTS_INGESTED.inc(request.stored_count)
                 future.set_result(request.answer)
         return conn
 

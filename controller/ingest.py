@@ -55,6 +55,7 @@ from sandbox_image.contract import EventType
 
 logger = logging.getLogger(__name__)
 
+DATABASE_RETRY_AFTER_S = 2  # Retry-After of a 503 while the database is away
 PERSISTENCE_FLAG = "ingest_persistence"
 """`app.state` attribute; False makes the events route answer without storing (benchmarks only)."""
 
@@ -92,6 +93,7 @@ class EventRequest:
     hashes: dict[str, str] = field(init=False)
     answer: dict[str, Any] | None = None
     error: SimpleError | None = None
+    stored_count: int = 0  # events of this batch that were new (not replays)
 
     def __post_init__(self) -> None:
         self.hashes = {e.id: e.body_hash() for e in self.batch}
@@ -205,6 +207,7 @@ def write_group(conn: Connection, requests: Sequence[EventRequest]) -> None:
                     "received_at": now,
                 }
             )
+        request.stored_count = len(fresh)
         if fresh:
             fresh_by_sandbox.setdefault(row.id, (row, []))[1].extend(fresh)
         request.answer = accepted(request.batch)
@@ -413,6 +416,7 @@ def write_alone(engine: Engine, request: EventRequest) -> None:
 
 def fail_request(request: EventRequest, e: SQLAlchemyError) -> None:
     request.answer = None
+    request.stored_count = 0
     if isinstance(e, DataError):
         request.error = InputError(
             f"the batch holds a value the database cannot store: {first_line(e)}",
@@ -422,6 +426,7 @@ def fail_request(request: EventRequest, e: SQLAlchemyError) -> None:
         request.error = UnavailableError(
             f"events not stored: database error: {first_line(e)}",
             hint="retry later; the controller recovers when the database does",
+            retry_after_s=DATABASE_RETRY_AFTER_S,
         )
 
 

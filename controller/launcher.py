@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Engine, insert, update
+from sqlalchemy import Connection, Engine, func, insert, update
 
+from controller import metrics
 from controller.backends.base import Backend, Resources, SandboxSpec
 from controller.db.schema import attempts, sandboxes
-from controller.errors import BackendError, SimpleError
+from controller.errors import BackendError, SimpleError, StoreError
 from controller.finisher import Outcome, finish_attempt
+from controller.inputs import prepare_inputs
+from controller.logs import log_context
 from controller.settings import Settings
 from controller.states import SandboxStatus
-from controller.store.base import ObjectStore, snapshot_key
+from controller.store.base import ObjectStore, input_key, snapshot_key
 from controller.tokens import hash_token, new_token, upload_signature
 from sandbox_image.contract import SandboxEnv
 
@@ -42,67 +46,28 @@ class Launcher:
 
     def claim(self, run: Any, row: Any, now: datetime) -> Claim | None:
         """Mark the next attempt running in the database (fast); None if already claimed."""
-        token = new_token()
-        token_hash = hash_token(token)
-        attempt = row.attempt + 1
-        prior_cost = row.prior_cost_usd + row.cost_usd
-        try:  # the upload URL may need the store (presigning): fail here, not half-launched
-            spec = self.build_spec(run.id, row, attempt, token, token_hash)
-        except SimpleError as e:
-            self._refuse(row, now, f"cannot prepare the sandbox: {e}")
-            return None
+        claims = self.claim_many(run, [row], now)
+        return claims[0] if claims else None
+
+    def claim_many(self, run: Any, rows: Sequence[Any], now: datetime) -> list[Claim]:
+        """Claim several sandboxes of a run in one transaction; those already claimed (or
+        refused) are left out."""
+        prepared = []
+        for row in rows:
+            token = new_token()
+            token_hash = hash_token(token)
+            try:  # the upload URL may need the store (presigning): fail here, not half-launched
+                spec = self.build_spec(run.id, row, row.attempt + 1, token, token_hash)
+            except SimpleError as e:
+                self._refuse(row, now, f"cannot prepare the sandbox: {e}")
+                continue
+            prepared.append((row, spec, token_hash))
+        claims = []
         with self.engine.begin() as conn:
-            claimed = conn.execute(
-                update(sandboxes)
-                .where(
-                    sandboxes.c.id == row.id,
-                    sandboxes.c.status == SandboxStatus.PENDING,
-                    sandboxes.c.attempt == row.attempt,
-                )
-                .values(
-                    status=SandboxStatus.RUNNING,
-                    attempt=attempt,
-                    token_hash=token_hash,
-                    launched_at=now,
-                    started_at=None,
-                    finished_at=None,
-                    stop_reason=None,
-                    exit_code=None,
-                    error=None,
-                    transient=None,
-                    step=None,
-                    steps_total=None,
-                    last_seq=0,  # a new attempt numbers its events from 1 again
-                    prior_cost_usd=prior_cost,
-                    cost_usd=0.0,
-                    tokens=0,
-                    aggregated=False,
-                    next_attempt_at=None,
-                )
-            ).rowcount
-            if not claimed:
-                return None
-            conn.execute(
-                insert(attempts).values(
-                    sandbox_id=row.id, attempt=attempt, status=SandboxStatus.RUNNING, started_at=now
-                )
-            )
-        claimed_row = SimpleNamespace(
-            **{
-                **row._asdict(),
-                "status": SandboxStatus.RUNNING,
-                "attempt": attempt,
-                "token_hash": token_hash,
-                "launched_at": now,
-                "last_seq": 0,
-                "cost_usd": 0.0,
-                "prior_cost_usd": prior_cost,
-                "stop_reason": None,
-                "error": None,
-                "transient": None,
-            }
-        )
-        return Claim(claimed_row, spec)
+            for row, spec, token_hash in prepared:
+                if _claim_row(conn, row, token_hash, now):
+                    claims.append(Claim(_claimed(row, token_hash, now), spec))
+        return claims
 
     def _refuse(self, row: Any, now: datetime, error: str) -> None:
         logger.warning("sandbox %s not launched: %s", row.id, error)
@@ -114,11 +79,20 @@ class Launcher:
             )
 
     def start(self, claim: Claim, now: datetime, rng: random.Random) -> bool:
-        """Ask the backend to start a claimed attempt; a refusal ends the attempt."""
+        """Prepare the attempt's inputs and ask the backend to start it; a refusal ends it."""
+        row = claim.row
+        with log_context(run_id=row.run_id, sandbox_id=row.id, attempt=row.attempt):
+            return self._start(claim, now, rng)
+
+    def _start(self, claim: Claim, now: datetime, rng: random.Random) -> bool:
+        row = claim.row
         try:
-            self.backend.launch(claim.spec)
-        except BackendError as e:
-            row = claim.row
+            spec = self._with_inputs(claim)
+            self.backend.launch(spec)
+            metrics.LAUNCH_LATENCY.observe(max((datetime.now(UTC) - now).total_seconds(), 0.0))
+        except (BackendError, StoreError) as e:
+            if isinstance(e, BackendError):
+                metrics.backend_error(self.backend, "launch")
             logger.warning("launch of sandbox %s attempt %d failed: %s", row.id, row.attempt, e)
             finish_attempt(
                 self.engine,
@@ -133,10 +107,42 @@ class Launcher:
             return False
         return True
 
+    def _with_inputs(self, claim: Claim) -> SandboxSpec:
+        """The spec with SIMPLE_ITEMS_URL / SIMPLE_RESUME_URL, recorded on the attempt."""
+        row, spec = claim.row, claim.spec
+        if not row.spec.get("items") and row.attempt == 1:
+            return spec
+        inputs = prepare_inputs(self.store, self.settings, row, row.attempt, row.token_hash)
+        checkpoint = inputs.checkpoint
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(attempts)
+                .where(attempts.c.sandbox_id == row.id, attempts.c.attempt == row.attempt)
+                .values(resumed_from_step=checkpoint.step if checkpoint else None,
+                        resume_note=inputs.note)
+            )
+            if checkpoint is not None:  # the resumed attempt reports the restored cost again
+                conn.execute(
+                    update(sandboxes)
+                    .where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt)
+                    .values(prior_cost_usd=func.max(
+                        sandboxes.c.prior_cost_usd - checkpoint.cost_usd, 0.0)
+                        if conn.dialect.name == "sqlite" else func.greatest(
+                        sandboxes.c.prior_cost_usd - checkpoint.cost_usd, 0.0))
+                )
+        env = replace(spec.env, items_url=inputs.items_url, resume_url=inputs.resume_url)
+        return replace(spec, env=env)
+
     def build_spec(
         self, run_id: str, row: Any, attempt: int, token: str, token_hash: str
     ) -> SandboxSpec:
         url = self.snapshot_url(run_id, row.id, attempt, token_hash, row.spec["timeout_s"])
+        stage = getattr(row, "stage", 0) or 0
+        input_url = (
+            self.input_url(run_id, row.id, stage, attempt, token_hash, row.spec["timeout_s"])
+            if stage > 0
+            else None
+        )
         return build_sandbox_spec(
             run_id,
             row.id,
@@ -147,6 +153,7 @@ class Launcher:
             url,
             self.settings.resolved_controller_url,
             self.settings.controller_id,
+            input_url=input_url,
         )
 
     def snapshot_url(
@@ -164,6 +171,90 @@ class Launcher:
         )
 
 
+    def input_url(
+        self,
+        run_id: str,
+        sandbox_id: str,
+        stage: int,
+        attempt: int,
+        token_hash: str,
+        timeout_s: int,
+    ) -> str:
+        """SIMPLE_INPUT_URL: a presigned store URL, or the controller's download route, signed."""
+        presigned = self.store.presigned_get_url(
+            input_key(run_id, stage), timeout_s + UPLOAD_URL_SLACK_S
+        )
+        if presigned:
+            return presigned
+        signature = upload_signature(token_hash, sandbox_id, attempt, "input")
+        return (
+            f"{self.settings.resolved_controller_url}/v1/sandboxes/{sandbox_id}/input"
+            f"?attempt={attempt}&signature={signature}"
+        )
+
+
+def _claim_row(conn: Connection, row: Any, token_hash: str, now: datetime) -> bool:
+    """The row's next attempt marked running, if it is still pending at its attempt."""
+    claimed = conn.execute(
+        update(sandboxes)
+        .where(
+            sandboxes.c.id == row.id,
+            sandboxes.c.status == SandboxStatus.PENDING,
+            sandboxes.c.attempt == row.attempt,
+        )
+        .values(
+            status=SandboxStatus.RUNNING,
+            attempt=row.attempt + 1,
+            token_hash=token_hash,
+            launched_at=now,
+            started_at=None,
+            finished_at=None,
+            stop_reason=None,
+            exit_code=None,
+            error=None,
+            transient=None,
+            step=None,
+            steps_total=None,
+            last_seq=0,  # a new attempt numbers its events from 1 again
+            prior_cost_usd=row.prior_cost_usd + row.cost_usd,
+            cost_usd=0.0,
+            tokens=0,
+            aggregated=False,
+            next_attempt_at=None,
+        )
+    ).rowcount
+    if claimed:
+        conn.execute(
+            insert(attempts).values(
+                sandbox_id=row.id,
+                attempt=row.attempt + 1,
+                status=SandboxStatus.RUNNING,
+                started_at=now,
+            )
+        )
+    return bool(claimed)
+
+
+def _claimed(row: Any, token_hash: str, now: datetime) -> Any:
+    """The row as it reads once claimed."""
+    return SimpleNamespace(
+        **{
+            **row._asdict(),
+            "status": SandboxStatus.RUNNING,
+            "attempt": row.attempt + 1,
+            "token_hash": token_hash,
+            "launched_at": now,
+            "last_seq": 0,
+            "cost_usd": 0.0,
+            "tokens": 0,
+            "prior_cost_usd": row.prior_cost_usd + row.cost_usd,
+            "stop_reason": None,
+            "error": None,
+            "transient": None,
+        }
+    )
+
+
 def build_sandbox_spec(
     run_id: str,
     sandbox_id: str,
@@ -174,6 +265,7 @@ def build_sandbox_spec(
     snapshot_url: str,
     controller_url: str,
     controller_id: str = "",
+    input_url: str | None = None,
 ) -> SandboxSpec:
     """The backend-neutral description of one attempt. Pure."""
     env = SandboxEnv(
@@ -186,6 +278,7 @@ def build_sandbox_spec(
         controller_url=controller_url,
         sandbox_token=token,
         snapshot_url=snapshot_url,
+        input_url=input_url,
     )
     return SandboxSpec(
         env=env,

@@ -18,13 +18,16 @@ ambiguous or names nothing is refused with the choices, never guessed at.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from controller.batches import WorkItem, check_batch_size, split
 from controller.catalog import Catalog, Template
 from controller.errors import AmbiguousRequestError, InputError, UnknownNameError
 from controller.principal.grammar import Reading, read_request
+from controller.stages import Stage
 
 MAX_WORKERS = 64
 COST_PRIORITY_PARALLEL = 2
@@ -49,6 +52,9 @@ class PlanRequest:
     budget_usd: float | None = None
     priority: Priority = Priority.BALANCED
     max_parallel: int | None = None
+    items: tuple[WorkItem, ...] | None = None  # ad-hoc items for the one template named
+    batch_size: int | None = None
+    stages: tuple[Stage, ...] = ()  # a staged request; else a staged suite named alone
     exclude: tuple[str, ...] = ()  # template ids left out on request ("but not portal-test")
     max_runtime_s: float | None = None  # templates that may run longer are left out
 
@@ -72,11 +78,19 @@ class Plan:
     priority: Priority
     budget_usd: float | None
     expensive: tuple[str, ...] = field(default=())
+    batches: tuple[BatchPlan, ...] = field(default=())
     max_runtime_s: float | None = None
     interpretation: dict[str, Any] | None = field(default=None, compare=False)
+    stages: tuple[dict[str, Any], ...] = ()  # staged runs: each stage with its estimates
+    critical_path: tuple[str, ...] = ()  # the template that ends last, stage by stage
+    estimates: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "stages": list(self.stages),
+            "critical_path": list(self.critical_path),
+            "estimates": self.estimates,
+            "batches": [b.to_dict() for b in self.batches],
             "selected": list(self.selected),
             "excluded": [{"template_id": e.template_id, "reason": e.reason} for e in self.excluded],
             "estimated_cost_usd": list(self.estimated_cost_usd),
@@ -91,11 +105,83 @@ class Plan:
         }
 
 
-def plan(catalog: Catalog, request: PlanRequest) -> Plan:
-    """Select, order and size a run from the catalog."""
+@dataclass(frozen=True)
+class BatchPlan:
+    """How a batch template's items split into sandboxes."""
+
+    template_id: str
+    batch_size: int
+    sizes: tuple[int, ...]  # items per sandbox, in launch order
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"template_id": self.template_id, "items": sum(self.sizes),
+                "batch_size": self.batch_size, "sandboxes": len(self.sizes),
+                "items_per_sandbox": [min(self.sizes), max(self.sizes)]}
+
+
+def with_items(catalog: Catalog, request: PlanRequest, template_id: str) -> Template:
+    """The template with the request's ad-hoc items and batch size applied."""
+    template = catalog.templates[template_id]
+    items = template.items if request.items is None else request.items
+    if not items:
+        return template
+    return replace(template, items=items,
+                   batch_size=check_batch_size(request.batch_size or template.batch_size))
+
+
+def item_batches(template: Template) -> list[tuple[WorkItem, ...]]:
+    """The template's items split into sandboxes; [] for a template without items."""
+    return split(template.items, check_batch_size(template.batch_size))
+
+
+def _batch_plans(templates: list[Template]) -> tuple[BatchPlan, ...]:
+    return tuple(
+        BatchPlan(t.id, check_batch_size(t.batch_size), tuple(len(b) for b in item_batches(t)))
+        for t in templates if t.items)
+
+
+def _per_sandbox(templates: list[Template], index: int) -> list[float]:
+    """Runtime estimates per sandbox, launch order; a batch's scale with its items."""
+    return [t.runtime_s[index] * (len(batch) if t.items else 1)
+            for t in templates for batch in (item_batches(t) if t.items else [()])]
+
+
+def _scaled(template: Template) -> Template:
+    """A batch template's estimates are per item: the whole template's scale with them."""
+    if not template.items:
+        return template
+    n = len(template.items)
+    return replace(template, cost_usd=(template.cost_usd[0] * n, template.cost_usd[1] * n))
+
+
+def _check_items_request(wanted: list[str], request: PlanRequest) -> None:
+    if request.items is not None and len(wanted) != 1:
+        raise InputError(f"items were given for {len(wanted)} templates; name exactly one",
+                         hint="e.g. `simplectl run TEMPLATE --items FILE`", field="items")
+
+
+def plan(
+    catalog: Catalog, request: PlanRequest, sources: Mapping[str, str] | None = None
+) -> Plan:
+    """Select, order and size a run from the catalog; a staged one stage by stage.
+
+    `sources` says, per template, where its estimate comes from (`catalog`, or
+    `observed (n=…)` when `catalog` carries ranges learnt from earlier runs).
+    """
+    from controller.stage_plan import estimates, plan_staged, requested_stages
+
     request, reading = _apply_query(catalog, request)
+    stages = requested_stages(catalog, request)
+    result = plan_staged(catalog, request, stages) if stages else _plan_flat(catalog, request)
+    result = replace(result, interpretation=reading.interpretation() if reading else None)
+    return replace(result, estimates=estimates(catalog, result.selected, sources or {}))
+
+
+def _plan_flat(catalog: Catalog, request: PlanRequest) -> Plan:
     wanted, asked_out = _without_exclusions(_select(catalog, request), request, catalog)
-    ordered = _order([catalog.templates[t] for t in wanted], request.priority)
+    _check_items_request(wanted, request)
+    templates = [_scaled(with_items(catalog, request, t)) for t in wanted]
+    ordered = _order(templates, request.priority)
     ordered, too_long = _fit_runtime(ordered, request.max_runtime_s)
     selected, excluded = _fit_budget(ordered, request.budget_usd)
     excluded = [*asked_out, *too_long, *excluded]
@@ -108,17 +194,23 @@ def plan(catalog: Catalog, request: PlanRequest) -> Plan:
             round(sum(t.cost_usd[1] for t in selected), 2),
         ),
         estimated_runtime_s=(
-            _makespan([t.runtime_s[0] for t in selected], max_parallel),
-            _makespan([t.runtime_s[1] for t in selected], max_parallel),
+            _makespan(_per_sandbox(selected, 0), max_parallel),
+            _makespan(_per_sandbox(selected, 1), max_parallel),
         ),
+        batches=_batch_plans(selected),
         max_parallel=max_parallel,
         max_parallel_expensive=max_expensive,
         priority=request.priority,
         budget_usd=request.budget_usd,
         expensive=tuple(t.id for t in selected if _is_expensive(t)),
         max_runtime_s=request.max_runtime_s,
-        interpretation=reading.interpretation() if reading else None,
+        critical_path=critical_path(selected),
     )
+
+
+def critical_path(templates: list[Template]) -> tuple[str, ...]:
+    """The template that ends last (longest max runtime): what the run waits for."""
+    return (max(templates, key=lambda t: t.runtime_s[1]).id,) if templates else ()
 
 
 def _without_exclusions(
@@ -244,7 +336,7 @@ def _fit_budget(
 
 
 def _parallelism(selected: list[Template], request: PlanRequest) -> tuple[int, int | None]:
-    count = max(len(selected), 1)
+    count = max(sum(len(item_batches(t)) if t.items else 1 for t in selected), 1)
     if request.max_parallel is not None and request.max_parallel < 1:
         raise InputError("max_parallel must be at least 1", field="max_parallel")
     if request.priority is Priority.SPEED:
@@ -252,7 +344,8 @@ def _parallelism(selected: list[Template], request: PlanRequest) -> tuple[int, i
     elif request.priority is Priority.COST:
         chosen, expensive = min(count, COST_PRIORITY_PARALLEL), None
     else:
-        cheap = sum(1 for t in selected if not _is_expensive(t))
+        cheap = sum(len(item_batches(t)) if t.items else 1
+                    for t in selected if not _is_expensive(t))
         chosen, expensive = min(max(cheap, 1), MAX_WORKERS), 1
     if request.max_parallel is not None:  # an explicit choice wins over the priority's
         chosen = min(count, request.max_parallel)
@@ -299,4 +392,5 @@ def _apply_query(catalog: Catalog, request: PlanRequest) -> tuple[PlanRequest, R
         max_parallel=request.max_parallel or reading.max_parallel,
         exclude=tuple(dict.fromkeys([*request.exclude, *reading.exclude])),
         max_runtime_s=request.max_runtime_s or reading.max_runtime_s,
+        stages=request.stages,
     ), reading

@@ -15,6 +15,8 @@ from sqlalchemy import Connection, Engine, select, text
 
 from controller.db.schema import attempts, runs, sandboxes
 from controller.errors import NotFoundError
+from controller.item_results import EMPTY, add_counts, item_counts, steps_recorded
+from controller.ledger import ledger_head
 from controller.states import FAILED_SANDBOX, SandboxStatus
 
 MECHANISMS_TOTAL = 17
@@ -51,14 +53,22 @@ ORDER BY SUM(r.cost_usd) DESC, m.mechanism COLLATE "C"
 }
 
 
-def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
-    """Query everything the report needs and build it."""
+REPORT_PAGE_MAX = 10_000  # report rows per page when a client asks for pages
+
+
+def fetch_report(
+    engine: Engine, run_id: str, limit: int | None = None, offset: int = 0
+) -> dict[str, Any]:
+    """Query everything the report needs and build it; `limit`/`offset` page its rows
+    (totals always cover the whole run)."""
     with engine.connect() as conn:
         run = conn.execute(select(runs).where(runs.c.id == run_id)).first()
         if run is None:
             raise NotFoundError(f"unknown run {run_id}", hint="list runs with `simplectl status`")
         rows = conn.execute(
-            select(sandboxes).where(sandboxes.c.run_id == run_id).order_by(sandboxes.c.position)
+            select(*[c for c in sandboxes.c if c.name not in ("spec", "token_hash")])
+            .where(sandboxes.c.run_id == run_id)
+            .order_by(sandboxes.c.position)
         ).all()
         params = {"run_id": run_id}
         dialect = "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
@@ -66,14 +76,24 @@ def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
         by_sandbox = {r[0]: r[1:] for r in _rows(conn, _BY_SANDBOX_SQL, params)}
         by_template = _rows(conn, _BY_TEMPLATE_SQL.format(collate=_COLLATE[dialect]), params)
         by_mechanism = _rows(conn, _BY_MECHANISM_SQL[dialect], params)
-    return build_report(
+        head = ledger_head(conn, run_id)
+        items = item_counts(conn, run_id)
+        steps = steps_recorded(conn, run_id)
+    report = build_report(
         run._asdict(),
         [r._asdict() for r in rows],
         totals,
         by_sandbox,
         by_template,
         by_mechanism,
+        items,
+        steps,
+        head,
     )
+    if limit is not None or offset:
+        end = None if limit is None else offset + limit
+        report["sandboxes"] = report["sandboxes"][offset:end]
+    return report
 
 
 def _rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -95,6 +115,9 @@ def build_report(
     by_sandbox: dict[str, tuple[Any, ...]],
     by_template: list[tuple[Any, ...]],
     by_mechanism: list[tuple[Any, ...]],
+    items: dict[str, dict[str, int]] | None = None,
+    steps: dict[str, int] | None = None,
+    head: str | None = None,
 ) -> dict[str, Any]:
     """The JSON report of docs/architecture.md, from query rows. Pure."""
     statuses = [s["status"] for s in sandbox_rows]
@@ -105,7 +128,17 @@ def build_report(
         "created_at": _iso(run["created_at"]),
         "finished_at": _iso(run["finished_at"]),
         "plan": run["plan"],
-        "sandboxes": [_sandbox_row(s, by_sandbox.get(s["id"])) for s in sandbox_rows],
+        "ledger_head": head,
+        "alerts": run.get("alerts") or [],
+        "sandboxes_total": len(sandbox_rows),
+        "sandboxes": [
+            {
+                **_sandbox_row(s, by_sandbox.get(s["id"])),
+                "items": (items or {}).get(s["id"], EMPTY),
+                "steps_recorded": (steps or {}).get(s["id"], 0),
+            }
+            for s in sandbox_rows
+        ],
         "totals": {
             "sandboxes": len(sandbox_rows),
             "succeeded": statuses.count(SandboxStatus.SUCCEEDED),
@@ -119,6 +152,7 @@ def build_report(
             "timepoints_created": int(totals[4]),
             "mechanisms_covered": covered,
             "mechanism_coverage_pct": round(100 * len(covered) / MECHANISMS_TOTAL, 1),
+            "items": add_counts(list((items or {}).values())),
         },
         "by_template": [
             {
@@ -151,6 +185,7 @@ def _sandbox_row(row: dict[str, Any], results: tuple[Any, ...] | None) -> dict[s
     return {
         "sandbox_id": row["id"],
         "template_id": row["template_id"],
+        "stage": row.get("stage") or 0,
         "status": row["status"],
         "attempts": row["attempt"],
         "exit_code": row["exit_code"],
@@ -172,6 +207,7 @@ def attempt_rows(conn: Connection, sandbox_id: str) -> list[dict[str, Any]]:
             "started_at": _iso(r.started_at),
             "exited_at": _iso(r.exited_at),
             "finished_at": _iso(r.finished_at),
+            "recorded_at": _iso(r.recorded_at),
         }
         for r in rows
     ]

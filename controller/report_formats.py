@@ -1,4 +1,5 @@
-"""The report as JUnit XML (one testcase per sandbox) and as Markdown. Pure.
+"""The report as JUnit XML (one testcase per sandbox, or per item of a batch sandbox) and
+as Markdown. Pure.
 
 Errors come from sandboxes (untrusted text); characters XML 1.0 cannot hold (ANSI
 escapes, NUL, other controls) are written as `\\xNN`, so CI tools can parse the file.
@@ -18,22 +19,32 @@ def _clean(value: object) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
-def report_junit(report: dict[str, Any]) -> str:
+def report_junit(report: dict[str, Any], items: list[dict[str, Any]] | None = None) -> str:
+    """JUnit XML; a batch sandbox that ran items has a testcase per item instead of one."""
     totals = report["totals"]
     suite = ET.Element(
         "testsuite",
         {
             "name": f"simple.{report['run_id']}",
-            "tests": str(totals["sandboxes"]),
-            "failures": str(totals["failed"] + totals["cancelled"]),
-            "skipped": str(totals["skipped"]),
             "time": f"{sum(s['duration_s'] or 0 for s in report['sandboxes']):.3f}",
         },
     )
     props = ET.SubElement(suite, "properties")
     for name in ("cost_usd", "tokens_used", "llm_calls", "mechanism_coverage_pct"):
         ET.SubElement(props, "property", {"name": name, "value": str(totals[name])})
+    # The chain's last hash pins the result in the CI log (`simplectl verify RUN`).
+    ET.SubElement(
+        props, "property", {"name": "ledger_head", "value": str(report.get("ledger_head") or "")}
+    )
+    by_sandbox: dict[str, list[dict[str, Any]]] = {}
+    for item in items or []:
+        by_sandbox.setdefault(item["sandbox_id"], []).append(item)
     for sandbox in report["sandboxes"]:
+        own = by_sandbox.get(sandbox["sandbox_id"], [])
+        for item in own:
+            _item_case(suite, report["run_id"], sandbox, item)
+        if own and sandbox["status"] == "succeeded":
+            continue
         case = ET.SubElement(
             suite,
             "testcase",
@@ -44,8 +55,8 @@ def report_junit(report: dict[str, Any]) -> str:
             },
         )
         case_props = ET.SubElement(case, "properties")
-        for name in ("sandbox_id", "cost_usd", "duration_s", "attempts", "exit_code"):
-            ET.SubElement(case_props, "property", {"name": name, "value": str(sandbox[name])})
+        for name in ("sandbox_id", "stage", "cost_usd", "duration_s", "attempts", "exit_code"):
+            ET.SubElement(case_props, "property", {"name": name, "value": str(sandbox.get(name))})
         status = sandbox["status"]
         error = _clean(sandbox["error"] or "")
         if status == "skipped":
@@ -62,13 +73,39 @@ def report_junit(report: dict[str, Any]) -> str:
             failure.text = (
                 f"sandbox {sandbox['sandbox_id']}\nexit code {sandbox['exit_code']}\n{error}"
             )
+    cases = suite.findall("testcase")
+    suite.set("tests", str(len(cases)))
+    suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
+    suite.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
+    suite.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
     suites = ET.Element("testsuites")
     suites.append(suite)
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def report_markdown(report: dict[str, Any]) -> str:
+def _item_case(suite: ET.Element, run_id: str, sandbox: dict[str, Any],
+               item: dict[str, Any]) -> None:
+    case = ET.SubElement(suite, "testcase", {
+        "classname": f"simple.{run_id}.{sandbox['template_id']}",
+        "name": _clean(item["item_id"]),
+        "time": f"{(item['duration_ms'] or 0) / 1000:.3f}",
+    })
+    props = ET.SubElement(case, "properties")
+    ET.SubElement(props, "property", {"name": "sandbox_id", "value": sandbox["sandbox_id"]})
+    if item["outcome"] == "failed":
+        reason = _clean(item["reason"] or "failed")
+        ET.SubElement(case, "failure", {"type": "failed", "message": reason}).text = reason
+    elif item["outcome"] == "errored":
+        error = _clean(item["error"] or "error")
+        ET.SubElement(case, "error", {"type": "errored", "message": error}).text = error
+    elif item["outcome"] == "skipped":
+        ET.SubElement(case, "skipped", {"message": "not run"})
+
+
+def report_markdown(report: dict[str, Any], problems: list[dict[str, Any]] | None = None
+                    ) -> str:
+    """A summary table; with items, their counts and the failed and errored ones."""
     totals = report["totals"]
     icon = {"succeeded": "✅", "skipped": "⏭️"}
     lines = [
@@ -79,15 +116,32 @@ def report_markdown(report: dict[str, Any]) -> str:
         f"{totals['llm_calls']} LLM calls, mechanism coverage "
         f"{totals['mechanism_coverage_pct']}%",
         "",
-        "| template | status | attempts | exit | duration (s) | cost ($) | error |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"Ledger head: `{report.get('ledger_head') or 'none'}` (check it with "
+        f"`simplectl verify {report['run_id']}`)",
+        "",
+        "| template | status | attempts | exit | duration (s) | cost ($) | error | stage |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    items = totals.get("items") or {}
+    if items.get("total"):
+        lines[2] += (f"; items: {items['passed']}/{items['total']} passed, "
+                     f"{items['failed']} failed, {items['errored']} errored")
     for s in report["sandboxes"]:
-        error = _clean(s["error"] or "").replace("|", "\\|").replace("\n", " ")
+        error = _cell(s["error"] or "")
         lines.append(
             f"| {s['template_id']} | {icon.get(s['status'], '❌')} {s['status']} | "
             f"{s['attempts']} | {s['exit_code'] if s['exit_code'] is not None else ''} | "
             f"{s['duration_s'] if s['duration_s'] is not None else ''} | "
-            f"{s['cost_usd'] if s['cost_usd'] is not None else ''} | {error} |"
+            f"{s['cost_usd'] if s['cost_usd'] is not None else ''} | {error} | "
+            f"{s.get('stage', 0)} |"
         )
+    if problems:
+        lines += ["", "| item | template | outcome | reason or error |",
+                  "| --- | --- | --- | --- |"]
+        lines += [f"| {_cell(p['item_id'])} | {p['template_id']} | {p['outcome']} | "
+                  f"{_cell(p['reason'] or p['error'] or '')} |" for p in problems]
     return "\n".join(lines) + "\n"
+
+
+def _cell(value: str) -> str:
+    return _clean(value).replace("|", "\\|").replace("\n", " ")

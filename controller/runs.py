@@ -10,15 +10,26 @@ import zlib
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from controller.batches import WorkItem, items_jsonl
 from controller.catalog import Catalog, Template
 from controller.db.schema import runs, sandboxes
 from controller.errors import ConflictError, InputError, NotFoundError
-from controller.planner import Plan, PlanRequest, plan
+from controller.estimates import planning_catalog
+from controller.planner import (
+    EXPENSIVE_USD,
+    Plan,
+    PlanRequest,
+    item_batches,
+    plan,
+    with_items,
+)
 from controller.report import attempt_rows
+from controller.stages import stage_summary
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus
+from controller.store.base import ObjectStore, items_key
 from sandbox_image.contract import SANDBOX_ID_MAX_LENGTH
 
 DEFAULT_COMMAND = ("python", "-m", "sandbox_image")
@@ -28,13 +39,16 @@ def new_run_id() -> str:
     return "run-" + secrets.token_hex(4)
 
 
-def sandbox_id_for(run_id: str, template_id: str, position: int) -> str:
-    """`<run hex>-<template with dashes>`, at most 63 characters, unique in the run."""
+def sandbox_id_for(run_id: str, template_id: str, position: int, batch: int | None = None
+                   ) -> str:
+    """`<run hex>-<template with dashes>[-b<batch>]`, at most 63 characters, unique in the run."""
     slug = re.sub(r"[^a-z0-9-]", "-", template_id.lower()).strip("-")
+    if batch is not None:
+        slug = f"{slug}-b{batch}"
     candidate = f"{run_id.removeprefix('run-')}-{slug}"
     if len(candidate) <= SANDBOX_ID_MAX_LENGTH:
         return candidate
-    digest = hashlib.sha256(f"{template_id}:{position}".encode()).hexdigest()[:6]
+    digest = hashlib.sha256(f"{template_id}:{position}:{batch}".encode()).hexdigest()[:6]
     return f"{candidate[: SANDBOX_ID_MAX_LENGTH - 7].rstrip('-')}-{digest}"
 
 
@@ -42,12 +56,16 @@ def sandbox_spec(template: Template, seed: int, default_image: str) -> dict[str,
     """What the sandbox row keeps of its template: enough to relaunch it after a restart."""
     config = dict(template.config)
     config.setdefault("mechanisms", list(template.mechanisms))
+    if template.entrypoint:
+        config["entrypoint"] = template.entrypoint
     return {
         "image": template.image or default_image,
         "command": list(template.command or DEFAULT_COMMAND),
         "config": config,
         "timeout_s": template.timeout_s,
         "estimate_min_usd": template.cost_usd[0],
+        "estimate_max_usd": template.cost_usd[1],
+        "estimate_runtime_s": list(template.runtime_s),
         "resources": {"cpu": template.cpu, "memory": template.memory},
         "seed": (seed * 1_000_003 + zlib.crc32(template.id.encode())) % 2**31,
     }
@@ -67,6 +85,7 @@ def create_run(
     default_image: str,
     seed: int = 0,
     idempotency_key: str | None = None,
+    store: ObjectStore | None = None,
 ) -> tuple[str, bool]:
     """Plan and record a run; returns (run id, created). Same key + same body = same run."""
     digest = request_hash(body)
@@ -74,7 +93,8 @@ def create_run(
         existing = _by_key(engine, idempotency_key, digest)
         if existing:
             return existing, False
-    the_plan = plan(catalog, request)
+    catalog, sources = planning_catalog(engine, catalog)  # estimates learnt from earlier runs
+    the_plan = plan(catalog, request, sources)
     if not the_plan.selected:
         reasons = "; ".join(f"{e.template_id}: {e.reason}" for e in the_plan.excluded[:3])
         raise InputError(
@@ -84,6 +104,8 @@ def create_run(
         )
     run_id = new_run_id()
     now = datetime.now(UTC)
+    rows = _sandbox_rows(run_id, the_plan, catalog, request, default_image, seed)
+    _store_items(store, run_id, rows)
     try:
         with engine.begin() as conn:
             conn.execute(
@@ -91,7 +113,7 @@ def create_run(
                     id=run_id,
                     status=RunStatus.PENDING,
                     backend=backend,
-                    request=body,
+                    request=_without_items(body),
                     plan=the_plan.to_dict(),
                     budget_usd=the_plan.budget_usd,
                     max_parallel=the_plan.max_parallel,
@@ -99,11 +121,12 @@ def create_run(
                     request_hash=digest,
                     cancel_requested=False,
                     created_at=now,
+                    stage=0,
+                    confirm_over=bool(body.get("confirm_over")),
+                    alerts=[],
                 )
             )
-            conn.execute(
-                insert(sandboxes), _sandbox_rows(run_id, the_plan, catalog, default_image, seed)
-            )
+            conn.execute(insert(sandboxes), [r for r, _ in rows])
     except IntegrityError:
         if idempotency_key:  # a concurrent request with the same key won the race
             existing = _by_key(engine, idempotency_key, digest)
@@ -128,40 +151,126 @@ def _by_key(engine: Engine, key: str, digest: str) -> str | None:
     return str(row.id)
 
 
+def _without_items(body: dict[str, Any]) -> dict[str, Any]:
+    """The request as kept on the run: ad-hoc items by count and digest, not in full."""
+    if not body.get("items"):
+        return body
+    digest = hashlib.sha256(json.dumps(body["items"], sort_keys=True).encode()).hexdigest()
+    return {**body, "items": {"count": len(body["items"]), "sha256": digest}}
+
+
+def _store_items(store: ObjectStore | None, run_id: str,
+                 rows: list[tuple[dict[str, Any], tuple[WorkItem, ...]]]) -> None:
+    """Each batch sandbox's items file, written before its row exists."""
+    for row, items in rows:
+        if not items:
+            continue
+        if store is None:
+            raise InputError("this controller cannot run batch templates (no store)")
+        store.put(items_key(run_id, row["id"]), items_jsonl(items))
+
+
 def _sandbox_rows(
-    run_id: str, the_plan: Plan, catalog: Catalog, default_image: str, seed: int
-) -> list[dict[str, Any]]:
+    run_id: str, the_plan: Plan, catalog: Catalog, request: PlanRequest, default_image: str,
+    seed: int,
+) -> list[tuple[dict[str, Any], tuple[WorkItem, ...]]]:
+    """The sandbox rows in launch order (a batch template has one per batch), with items."""
     expensive = set(the_plan.expensive)
-    return [
-        {
-            "id": sandbox_id_for(run_id, template_id, position),
+    stage_of = {t: s["index"] for s in the_plan.stages for t in s["templates"]}
+    units: list[tuple[Template, int | None, tuple[WorkItem, ...]]] = []
+    for template_id in the_plan.selected:
+        template = with_items(catalog, request, template_id)
+        batches = item_batches(template)
+        units.extend((template, i + 1, b) for i, b in enumerate(batches))
+        if not batches:
+            units.append((template, None, ()))
+    rows = []
+    for position, (template, batch, items) in enumerate(units):
+        spec = sandbox_spec(template, seed, default_image)
+        sandbox_id = sandbox_id_for(run_id, template.id, position, batch)
+        if batch is not None:
+            spec["items"] = {"key": items_key(run_id, sandbox_id), "count": len(items),
+                             "batch": batch}
+        rows.append(({
+            "id": sandbox_id,
             "run_id": run_id,
-            "template_id": template_id,
+            "template_id": template.id,
             "position": position,
             "status": SandboxStatus.PENDING,
-            "spec": sandbox_spec(catalog.templates[template_id], seed, default_image),
+            "spec": spec,
             "attempt": 0,
             "last_seq": 0,
             "cost_usd": 0.0,
             "prior_cost_usd": 0.0,
             "tokens": 0,
             "aggregated": False,
-            "expensive": template_id in expensive,
-        }
-        for position, template_id in enumerate(the_plan.selected)
-    ]
+            "expensive": (template.cost_usd[1] * len(items) >= EXPENSIVE_USD) if batch
+            else template.id in expensive,
+            "stage": stage_of.get(template.id, 0),
+            "cost_alerted": False,
+        }, items))
+    return rows
 
 
-def get_run(engine: Engine, run_id: str) -> dict[str, Any]:
-    """One run with its sandboxes and their progress."""
+SANDBOX_PAGE_MAX = 1000  # sandboxes per GET /v1/runs/{id}; runs up to this size fit one page
+
+
+def get_run(
+    engine: Engine, run_id: str, limit: int = SANDBOX_PAGE_MAX, offset: int = 0
+) -> dict[str, Any]:
+    """One run with a page of its sandboxes (launch order) and counts over all of them."""
     with engine.connect() as conn:
         run = conn.execute(select(runs).where(runs.c.id == run_id)).first()
         if run is None:
             raise NotFoundError(f"unknown run {run_id}", hint="list runs with `simplectl status`")
         rows = conn.execute(
-            select(sandboxes).where(sandboxes.c.run_id == run_id).order_by(sandboxes.c.position)
+            select(*[c for c in sandboxes.c if c.name not in _UNPUBLISHED])
+            .where(sandboxes.c.run_id == run_id)
+            .order_by(sandboxes.c.position)
+            .limit(min(limit, SANDBOX_PAGE_MAX))
+            .offset(offset)
         ).all()
-    return {**public_run(run._asdict()), "sandboxes": [public_sandbox(r._asdict()) for r in rows]}
+        counts = {
+            status: int(n)
+            for status, n in conn.execute(
+                select(sandboxes.c.status, func.count())
+                .where(sandboxes.c.run_id == run_id)
+                .group_by(sandboxes.c.status)
+            )
+        }
+        grouped = _stages(conn, run)
+    return {
+        **public_run(run._asdict()),
+        "sandboxes": [public_sandbox(r._asdict()) for r in rows],
+        "sandboxes_total": sum(counts.values()),
+        "sandbox_counts": counts,
+        "stages": grouped,
+    }
+
+
+def _stages(conn: Any, run: Any) -> list[dict[str, Any]]:
+    """A staged run's sandboxes by stage (all of them, whatever the page); [] if flat."""
+    if not (run.plan or {}).get("stages"):
+        return []
+    members = conn.execute(
+        select(sandboxes.c.id.label("sandbox_id"), sandboxes.c.status, sandboxes.c.stage)
+        .where(sandboxes.c.run_id == run.id)
+        .order_by(sandboxes.c.position)
+    ).all()
+    return stage_summary(run.plan, [m._asdict() for m in members])
+
+
+# Large columns the public view never shows: not read for a run page.
+_UNPUBLISHED = frozenset({"spec", "token_hash"})
+
+
+def get_run_row(engine: Engine, run_id: str) -> Any:
+    """The run's row; NotFoundError when there is none."""
+    with engine.connect() as conn:
+        run = conn.execute(select(runs.c.id).where(runs.c.id == run_id)).first()
+    if run is None:
+        raise NotFoundError(f"unknown run {run_id}", hint="list runs with `simplectl status`")
+    return run
 
 
 def list_runs(engine: Engine, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
@@ -189,7 +298,8 @@ def get_sandbox(engine: Engine, sandbox_id: str) -> dict[str, Any]:
         if row is None:
             raise NotFoundError(f"unknown sandbox {sandbox_id}", hint="see `simplectl status RUN`")
         history = attempt_rows(conn, sandbox_id)
-    return {**public_sandbox(row._asdict()), "attempt_history": history}
+    return {**public_sandbox(row._asdict()), "attempt_history": history,
+            "resume_note": history[-1].get("resume_note") if history else None}
 
 
 def public_run(row: dict[str, Any]) -> dict[str, Any]:
@@ -203,6 +313,10 @@ def public_run(row: dict[str, Any]) -> dict[str, Any]:
         "max_parallel": row["max_parallel"],
         "cancel_requested": row["cancel_requested"],
         "error": row["error"],
+        "stage": row.get("stage") or 0,
+        "confirm_over": bool(row.get("confirm_over")),
+        "hold_reason": row.get("hold_reason"),
+        "alerts": row.get("alerts") or [],
         "created_at": _iso(row["created_at"]),
         "started_at": _iso(row["started_at"]),
         "finished_at": _iso(row["finished_at"]),
@@ -214,6 +328,7 @@ def public_sandbox(row: dict[str, Any]) -> dict[str, Any]:
         "sandbox_id": row["id"],
         "run_id": row["run_id"],
         "template_id": row["template_id"],
+        "stage": row.get("stage") or 0,
         "status": row["status"],
         "attempts": row["attempt"],
         "exit_code": row["exit_code"],

@@ -97,6 +97,12 @@ class Settings(BaseSettings):
         description="How long aggregation retries a failing store before it "
         "records the sandbox without its snapshot.",
     )
+    cost_alert_ratio: float = Field(
+        1.2,
+        gt=0,
+        description="Raise a cost alert when a sandbox's cost passes this many times its "
+        "estimate (max); runs created with confirm_over then wait for a confirmation.",
+    )
     lost_grace_s: float = Field(
         10.0, ge=0, description="How long a launched sandbox may be unseen before it is lost."
     )
@@ -109,6 +115,18 @@ class Settings(BaseSettings):
         "simple-sandbox", description="ServiceAccount of sandbox Pods."
     )
     kubernetes_job_ttl_s: int = Field(3600, description="ttlSecondsAfterFinished of Jobs.")
+    ingest_queue_max_events: int = Field(
+        20_000,
+        ge=1,
+        description="Events waiting to be stored before the events endpoint answers 429.",
+    )
+    ingest_retry_after_s: int = Field(
+        1, ge=1, description="Retry-After (seconds) of a 429 from a full ingest queue."
+    )
+    metrics_token: str | None = Field(
+        None, description="A bearer token accepted for GET /metrics only (besides API tokens)."
+    )
+    log_format: str = Field("text", pattern="^(text|json)$", description="`text` or `json`.")
     confirm_above_usd: float = Field(
         25.0,
         ge=0,

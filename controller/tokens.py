@@ -22,16 +22,37 @@ def token_matches(token: str, token_hash: str | None) -> bool:
     return token_hash is not None and hmac.compare_digest(hash_token(token), token_hash)
 
 
-def upload_signature(token_hash: str, sandbox_id: str, attempt: int) -> str:
-    """Signs the controller's snapshot-upload URL with the attempt's (secret) token hash."""
-    message = f"{sandbox_id}:{attempt}:snapshot".encode()
+def upload_signature(
+    token_hash: str, sandbox_id: str, attempt: int, purpose: str = "snapshot"
+) -> str:
+    """Signs the controller's snapshot-upload (or stage-input) URL with the attempt's
+    (secret) token hash; `purpose` keeps one URL from standing in for the other."""
+    message = f"{sandbox_id}:{attempt}:{purpose}".encode()
     return hmac.new(token_hash.encode(), message, hashlib.sha256).hexdigest()
 
 
+def input_signature(token_hash: str, sandbox_id: str, attempt: int, kind: str) -> str:
+    """Signs the controller's URL of an attempt's input (its items, its checkpoint)."""
+    message = f"{sandbox_id}:{attempt}:input:{kind}".encode()
+    return hmac.new(token_hash.encode(), message, hashlib.sha256).hexdigest()
+
+
+def input_signature_matches(signature: str, token_hash: str | None, sandbox_id: str,
+                            attempt: int, kind: str) -> bool:
+    if token_hash is None:
+        return False
+    expected = input_signature(token_hash, sandbox_id, attempt, kind)
+    return hmac.compare_digest(signature.encode(), expected.encode())
+
+
 def signature_matches(
-    signature: str, token_hash: str | None, sandbox_id: str, attempt: int
+    signature: str,
+    token_hash: str | None,
+    sandbox_id: str,
+    attempt: int,
+    purpose: str = "snapshot",
 ) -> bool:
     if token_hash is None:
         return False
-    expected = upload_signature(token_hash, sandbox_id, attempt)
+    expected = upload_signature(token_hash, sandbox_id, attempt, purpose)
     return hmac.compare_digest(signature.encode(), expected.encode())

@@ -24,6 +24,10 @@ ENV_SEED = "SIMPLE_SEED"
 ENV_CONTROLLER_URL = "SIMPLE_CONTROLLER_URL"
 ENV_SANDBOX_TOKEN = "SIMPLE_SANDBOX_TOKEN"
 ENV_SNAPSHOT_URL = "SIMPLE_SNAPSHOT_URL"
+# Optional (wave 2): present only when they apply.
+ENV_ITEMS_URL = "SIMPLE_ITEMS_URL"
+ENV_RESUME_URL = "SIMPLE_RESUME_URL"
+ENV_INPUT_URL = "SIMPLE_INPUT_URL"  # staged runs: the previous stage's rows
 
 ENV_NAMES: tuple[str, ...] = (
     ENV_SANDBOX_ID,
@@ -92,11 +96,23 @@ SNAPSHOT_COLUMN_TYPES: dict[str, dict[str, str]] = {
         "cost_usd": "REAL",
         "tokens": "INTEGER",
     },
+    # Batch templates only: one row per item; optional in a snapshot.
+    "items": {
+        "item_id": "TEXT",
+        "status": "TEXT",
+        "passed": "INTEGER",
+        "reason": "TEXT",
+        "error": "TEXT",
+        "duration_ms": "INTEGER",
+        "data": "TEXT",
+    },
 }
 
 SNAPSHOT_TABLES: dict[str, tuple[str, ...]] = {
     table: tuple(columns) for table, columns in SNAPSHOT_COLUMN_TYPES.items()
 }
+OPTIONAL_SNAPSHOT_TABLES = frozenset({"items"})
+ITEM_STATUSES = ("succeeded", "failed", "skipped")
 
 SNAPSHOT_SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, template_id TEXT NOT NULL,
@@ -107,6 +123,8 @@ CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, template_id TEXT NOT N
 CREATE TABLE IF NOT EXISTS steps (run_id TEXT NOT NULL, step INTEGER NOT NULL,
   duration_ms INTEGER, actions INTEGER, failures INTEGER,
   cost_usd REAL, tokens INTEGER, PRIMARY KEY (run_id, step));
+CREATE TABLE IF NOT EXISTS items (item_id TEXT PRIMARY KEY, status TEXT NOT NULL,
+  passed INTEGER, reason TEXT, error TEXT, duration_ms INTEGER, data TEXT);
 """
 
 
@@ -127,6 +145,9 @@ class SandboxEnv:
     controller_url: str
     sandbox_token: str
     snapshot_url: str
+    items_url: str | None = None
+    resume_url: str | None = None
+    input_url: str | None = None  # GET: the previous stage's rows (SQLite), staged runs only
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> SandboxEnv:
@@ -157,11 +178,20 @@ class SandboxEnv:
             controller_url=env[ENV_CONTROLLER_URL].rstrip("/"),
             sandbox_token=env[ENV_SANDBOX_TOKEN],
             snapshot_url=env[ENV_SNAPSHOT_URL],
+            items_url=env.get(ENV_ITEMS_URL) or None,
+            resume_url=env.get(ENV_RESUME_URL) or None,
+            input_url=env.get(ENV_INPUT_URL) or None,
         )
 
     def to_environ(self) -> dict[str, str]:
         """The variables a backend injects into the sandbox."""
+        optional = {
+            ENV_ITEMS_URL: self.items_url,
+            ENV_RESUME_URL: self.resume_url,
+            ENV_INPUT_URL: self.input_url,
+        }
         return {
+            **{name: value for name, value in optional.items() if value},
             ENV_SANDBOX_ID: self.sandbox_id,
             ENV_RUN_ID: self.run_id,
             ENV_TEMPLATE_ID: self.template_id,

@@ -283,6 +283,7 @@ class Simulation:
         self.attempt = attempt
         self.should_stop = should_stop
         self.totals = Totals()
+        self.first_step = 1
         self.agents = [
             Agent(f"agent-{i}", i, derived_rng(seed, "agent", i).random())
             for i in range(1, config.agents + 1)
@@ -296,20 +297,26 @@ class Simulation:
                        for a in self.agents},
         }
 
+    def restore(self, totals: Totals, world: dict[str, Any]) -> None:
+        """Continue after a checkpoint: its totals and world, from the next step on."""
+        self.totals, self.world, self.first_step = totals, world, totals.steps_completed + 1
+
     def run(self, sink: StepSink) -> Totals:
         """Run every step, committing each to `sink`; raises SimulationFailure."""
-        self.totals.entities_created = len(self.agents)
+        if self.first_step == 1:
+            self.totals.entities_created = len(self.agents)
         with ThreadPoolExecutor(self.config.max_concurrency, "agent") as pool:
-            for step in range(1, self.config.steps + 1):
+            for step in range(self.first_step, self.config.steps + 1):
                 if self.should_stop():
                     raise Cancelled(step - 1)
-                self._check_injected_failure(step)
+                self.check_injected_failure(step)
                 result = self._run_step(step, pool)
                 self.totals.add(result)
                 sink.commit_step(result, self.totals, self.world)
         return self.totals
 
-    def _check_injected_failure(self, step: int) -> None:
+    def check_injected_failure(self, step: int) -> None:
+        """Raise the failure the fault hooks (fail_at_step, fail_attempts) ask for here."""
         cfg = self.config
         if cfg.fail_attempts:  # fail_at_step only says where
             if self.attempt <= cfg.fail_attempts and step == (cfg.fail_at_step or 1):

@@ -11,10 +11,20 @@ from fastapi.responses import RedirectResponse
 from controller import __version__
 from controller.api.body_guard import BodyGuard
 from controller.api.errors import install_error_handlers
-from controller.api.routes import chat, health, runs, sandboxes, stream, templates
+from controller.api.routes import (
+    accounting,
+    chat,
+    health,
+    metrics,
+    runs,
+    sandboxes,
+    stream,
+    templates,
+)
+from controller.logs import RequestContextMiddleware
 from controller.principal.assistant import create_principal
 from controller.service import Controller
-from controller.web import access, pages
+from controller.web import access, chat_panel, pages
 from controller.web.security import CsrfGuard
 
 
@@ -37,8 +47,10 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     )
     app.state.controller = controller
     app.state.principal = create_principal(controller)
+    app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
-    for module in (health, templates, runs, stream, sandboxes, chat, access, pages):
+    routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access)
+    for module in (*routers, pages, chat_panel):
         app.include_router(module.router)
     app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens)
     # Outermost: sizes and credentials are judged before anything reads a body.

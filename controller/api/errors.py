@@ -26,7 +26,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(SimpleError)
     async def _simple_error(_request: Request, exc: SimpleError) -> JSONResponse:
         field = exc.field if isinstance(exc, InputError) else None
-        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, UnauthorizedError) else None
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, UnauthorizedError) else {}
+        if exc.retry_after_s is not None:
+            headers["Retry-After"] = str(exc.retry_after_s)
         if exc.status_code >= 500:
             logger.warning("%s: %s", exc.code, exc)
         return JSONResponse(

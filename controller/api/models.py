@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from fastapi import Path
+from fastapi import Path, Query
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -17,9 +17,30 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonDict
 
+from controller.batches import MAX_BATCH_SIZE, MAX_ITEM_DATA_BYTES, MAX_RUN_ITEMS, check_items
 from controller.planner import PlanRequest, Priority
+from controller.stages import Stage, parse_policy
 from controller.states import RunStatus, SandboxStatus
 from sandbox_image.contract import EventType
+
+
+class StageRequest(BaseModel):
+    """One stage of a staged request: templates launched together, and its policy."""
+
+    model_config = ConfigDict(extra="forbid")
+    templates: list[str] = Field(min_length=1, max_length=1000, description="Template ids")
+    policy: str | dict[str, int] = Field(
+        "all", description='"all", "best_effort" or {"quorum": k}'
+    )
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: str | dict[str, int]) -> str | dict[str, int]:
+        parse_policy(value)
+        return value
+
+    def stage(self) -> Stage:
+        return Stage(tuple(self.templates), parse_policy(self.policy))
 
 
 class RunCreate(BaseModel):
@@ -41,6 +62,25 @@ class RunCreate(BaseModel):
     priority: Priority = Field(Priority.BALANCED, description="speed, cost or balanced")
     max_parallel: int | None = Field(None, ge=1, le=1000, description="Sandboxes at once")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Base seed for deterministic runs")
+    stages: list[StageRequest] | None = Field(
+        None,
+        max_length=32,
+        description="Run in stages: stage N+1 starts when stage N met its policy",
+    )
+    confirm_over: bool = Field(
+        False,
+        description="When a sandbox's cost passes SIMPLE_COST_ALERT_RATIO x its estimate, "
+        "stop launching until POST /v1/runs/{id}/confirm",
+    )
+    items: list[dict[str, Any]] | None = Field(
+        None,
+        max_length=MAX_RUN_ITEMS,
+        description='Ad-hoc items for the one template named: [{"item_id", "data"}]; at most '
+        f"{MAX_RUN_ITEMS}, {MAX_ITEM_DATA_BYTES} bytes of data each",
+    )
+    batch_size: int | None = Field(
+        None, ge=1, le=MAX_BATCH_SIZE, description="Items per sandbox at most (default 100)"
+    )
 
     def plan_request(self) -> PlanRequest:
         return PlanRequest(
@@ -52,6 +92,9 @@ class RunCreate(BaseModel):
             budget_usd=self.budget_usd,
             priority=self.priority,
             max_parallel=self.max_parallel,
+            stages=tuple(s.stage() for s in self.stages or ()),
+            items=None if self.items is None else check_items(self.items, "request"),
+            batch_size=self.batch_size,
         )
 
 
@@ -199,10 +242,12 @@ ERROR_DESCRIPTIONS = {
     404: "No such run or sandbox",
     409: "A conflict: an Idempotency-Key or event id reused with another body",
     413: "The body is over its route's size limit, or the sandbox's event bytes cap",
-    429: "Too many: the sandbox's events cap per attempt, or log followers",
     422: "The request does not fit the schema, or names what the catalog does not have; "
     "`error.field` names the offending field",
-    503: "A dependency (database, store, backend) is unavailable; retry later",
+    429: "Busy: the event queue is full (nothing was stored; send again after Retry-After); "
+    "or a cap is reached: the sandbox's events per attempt, or log followers",
+    503: "A dependency (database, store, backend) is unavailable; retry later "
+    "(events: after Retry-After)",
 }
 
 
@@ -241,6 +286,9 @@ class TemplatePublic(_Public):
     image: str | None
     command: list[str] | None
     config: dict[str, Any]
+    items: int | None = Field(None, description="Batch template: how many items it carries")
+    batch_size: int | None = Field(None, description="Batch template: items per sandbox at most")
+    entrypoint: str | None = Field(None, description="module:function run on each item")
 
 
 class TemplateList(_Public):
@@ -290,6 +338,10 @@ class PlanPublic(_Public):
     expensive: list[str] = Field(default_factory=list)
     priority: Priority
     budget_usd: float | None
+    batches: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Batch templates: items, batch_size, sandboxes and items_per_sandbox",
+    )
     max_runtime_s: float | None = Field(
         None, description="Runtime limit read from the query: longer templates are excluded"
     )
@@ -328,10 +380,23 @@ class AttemptPublic(_Public):
     cost_usd: float | None
     started_at: Timestamp
     finished_at: Timestamp
+    exited_at: Timestamp | None = Field(None, description="When the backend saw it end")
+    recorded_at: Timestamp | None = Field(
+        None, description="When its end (and snapshot rows) were committed"
+    )
+    resumed_from_step: int | None = Field(
+        None, description="The checkpoint's last step this attempt resumed after; null: fresh"
+    )
+    resume_note: str | None = Field(
+        None, description="Why this retry started over (checkpoint missing or rejected)"
+    )
 
 
 class SandboxDetail(SandboxPublic):
     attempt_history: list[AttemptPublic]
+    resume_note: str | None = Field(
+        None, description="The latest attempt's resume_note: why it did not resume"
+    )
 
 
 class RunSummary(_Public):
@@ -350,9 +415,11 @@ class RunSummary(_Public):
 
 
 class RunPublic(RunSummary):
-    """A run with its sandboxes."""
+    """A run with its sandboxes (a page of them: `limit` and `offset`, in launch order)."""
 
     sandboxes: list[SandboxPublic]
+    sandboxes_total: int = Field(description="Sandboxes in the run, on every page")
+    sandbox_counts: dict[str, int] = Field(description="Sandboxes per status, whole run")
 
 
 class RunList(_Public):
@@ -412,7 +479,10 @@ class Report(_Public):
     created_at: Timestamp
     finished_at: Timestamp
     plan: PlanPublic
-    sandboxes: list[ReportSandbox]
+    sandboxes: list[ReportSandbox] = Field(
+        description="A page of rows, in launch order (`limit`, `offset`); totals cover all"
+    )
+    sandboxes_total: int = Field(description="Rows in the whole report")
     totals: ReportTotals
     by_template: list[ReportByTemplate]
     by_mechanism: list[ReportByMechanism]
@@ -441,3 +511,28 @@ class StreamEnd(_Public):
 
     run_id: str
     status: RunStatus
+
+
+SandboxIdQuery = Annotated[
+    str | None, Query(max_length=63, pattern=r"^[a-z0-9-]+$", description="Only this sandbox")
+]
+
+
+class ItemResult(_Public):
+    """One item of a batch sandbox: passed, failed (with a reason) or errored (raised)."""
+
+    sandbox_id: str
+    template_id: str
+    item_id: str
+    status: str = Field(description="succeeded (ran to a verdict), failed (raised), skipped")
+    outcome: str = Field(description="passed, failed, errored or skipped")
+    passed: bool | None
+    reason: str | None
+    error: str | None
+    duration_ms: int | None
+    data: Any = None
+
+
+class ItemPage(_Public):
+    items: list[ItemResult]
+    next_after: str | None = Field(description="Pass as ?after= for the next page; null: last")

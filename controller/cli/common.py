@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import sys
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import IntEnum
@@ -111,8 +111,10 @@ def run_body(
     parallel: int | None,
     query: str | None,
     seed: int,
+    confirm_over: bool = False,
 ) -> dict[str, Any]:
     return {
+        "confirm_over": confirm_over,
         "names": names,
         "budget_usd": budget,
         "priority": priority.value,
@@ -123,8 +125,8 @@ def run_body(
 
 
 def setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    """Logs to stderr, as SIMPLE_LOG_FORMAT says (text or json), tokens redacted."""
+    from controller.logs import setup_logging as setup
+
+    log_format = "json" if os.environ.get("SIMPLE_LOG_FORMAT", "").lower() == "json" else "text"
+    setup(logging.INFO if verbose else logging.WARNING, log_format)

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp
 
 from controller.api.app import create_app
 from controller.api.listeners import SandboxOnlyAddresses
+from controller.backends.base import Backend
 from controller.db.engine import upgrade
 from controller.errors import UnavailableError
 from controller.service import Controller
@@ -89,16 +90,21 @@ def serve_app(
     app: ASGIApp, settings: Settings, listener: SandboxListener | None, log_level: str
 ) -> None:
     """`simplectl serve`: uvicorn on settings.host:port, and on the sandbox listener if any
-    (where only the sandbox routes answer)."""
+    (where only the sandbox routes answer). uvicorn's own lines go through our root handler
+    (log_config=None): one format (SIMPLE_LOG_FORMAT), redacted."""
     if listener is None:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level)
+        uvicorn.run(
+            app, host=settings.host, port=settings.port, log_level=log_level, log_config=None
+        )
         return
     logger.info("sandboxes reach the controller at %s (sandbox routes only)", listener.url)
     guarded = SandboxOnlyAddresses(app, [listener.address])
     if listener.sock is None:  # the main listener (0.0.0.0) covers the gateway address
-        uvicorn.run(guarded, host=settings.host, port=settings.port, log_level=log_level)
+        uvicorn.run(
+            guarded, host=settings.host, port=settings.port, log_level=log_level, log_config=None
+        )
         return
-    server = uvicorn.Server(uvicorn.Config(guarded, log_level=log_level))
+    server = uvicorn.Server(uvicorn.Config(guarded, log_level=log_level, log_config=None))
     server.run(sockets=[bound_socket(settings.host, settings.port), listener.sock])
 
 
@@ -111,6 +117,7 @@ class EmbeddedServer:
         port: int = 0,
         start_controller: bool = True,
         session_token: bool = False,
+        backend: Backend | None = None,
     ) -> None:
         self.token: str | None = secrets.token_urlsafe(32) if session_token else None
         self.sock = bound_socket("127.0.0.1", port)
@@ -131,7 +138,7 @@ class EmbeddedServer:
                 **listener_settings(settings, self.listener),
             }
         )
-        self.controller = Controller(self.settings)
+        self.controller = Controller(self.settings, backend=backend)
         if not start_controller:
             upgrade(self.controller.engine)
         self.server = uvicorn.Server(self._config())

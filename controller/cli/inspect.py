@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -81,11 +81,17 @@ def templates(
     category: Annotated[str | None, typer.Option("--category")] = None,
     tag: Annotated[str | None, typer.Option("--tag")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    show_accuracy: Annotated[
+        bool, typer.Option("--accuracy", help="Estimates against what runs really cost.")
+    ] = False,
     catalog: Catalogs = None,
     server: Server = None,
     token: Token = None,
 ) -> None:
-    """List the catalog's templates and suites."""
+    """List the catalog's templates and suites (--accuracy: estimate against actual)."""
+    if show_accuracy:
+        _accuracy(as_json, catalog, server, token)
+        return
     params = {k: v for k, v in {"suite": suite, "category": category, "tag": tag}.items() if v}
     with errors_to_exit(), api_client(server, token, catalog) as client:
         data = client.get("/v1/templates", params=params)
@@ -106,3 +112,31 @@ def templates(
         )
     Console().print(table)
     Console().print("suites: " + ", ".join(f"{k} ({len(v)})" for k, v in data["suites"].items()))
+
+
+def _accuracy(as_json: bool, catalog: Any, server: str | None, token: str | None) -> None:
+    with errors_to_exit(), api_client(server, token, catalog) as client:
+        rows = client.get("/v1/estimates")["templates"]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"estimate accuracy: {len(rows)} templates observed")
+    columns = ("template", "runs", "estimate $", "actual $ mean (min-max)", "in estimate",
+               "error", "runtime s est / actual", "next estimate")
+    for column in columns:
+        table.add_column(column)
+    for r in rows:
+        est, actual = r["estimate_cost_usd"], r["actual_cost_usd"]
+        runtime = r["estimate_runtime_s"]
+        table.add_row(
+            r["template_id"],
+            str(r["runs"]),
+            f"{est[0]:.2f}-{est[1]:.2f}" if est else "?",
+            f"{actual['mean']:.4f} ({actual['min']:.4f}-{actual['max']:.4f})",
+            f"{r['within_estimate_pct']:.0f}%",
+            "" if r["error_pct"] is None else f"{r['error_pct']:+.0f}%",
+            f"{runtime[0]:g}-{runtime[1]:g} / {r['actual_runtime_s_mean'] or 0:.1f}"
+            if runtime else "",
+            r["estimate_source"],
+        )
+    Console(width=200).print(table)

@@ -30,6 +30,27 @@ from controller.cli.common import (
 )
 from controller.planner import Priority
 
+ItemsFile = Annotated[
+    Path | None,
+    typer.Option("--items", help='JSON Lines of {"item_id", "data"} for the one template named.'),
+]
+BatchSize = Annotated[
+    int | None, typer.Option("--batch-size", min=1, help="Items per sandbox at most (100).")
+]
+
+
+def items_body(items: Path | None, batch_size: int | None) -> dict[str, Any]:
+    """The request's `items` and `batch_size`, read and checked here (exit 2 if bad)."""
+    from controller.batches import read_items_file
+
+    body: dict[str, Any] = {}
+    if items is not None:
+        body["items"] = [{"item_id": i.item_id, "data": i.data} for i in read_items_file(items)]
+    if batch_size is not None:
+        body["batch_size"] = batch_size
+    return body
+
+
 if TYPE_CHECKING:
     from controller.cli.embedded import EmbeddedServer
 
@@ -64,11 +85,21 @@ def run(
     output: Annotated[
         str, typer.Option("-o", "--output", help="Dry-run format: yaml|json.")
     ] = "yaml",
+    items: ItemsFile = None,
+    batch_size: BatchSize = None,
     server: Server = None,
     token: Token = None,
     idempotency_key: Annotated[
         str | None, typer.Option("--idempotency-key", envvar="SIMPLE_IDEMPOTENCY_KEY")
     ] = None,
+    confirm_over: Annotated[
+        bool,
+        typer.Option(
+            "--confirm-over",
+            help="On a cost alert (SIMPLE_COST_ALERT_RATIO x estimate) stop launching "
+            "until `simplectl confirm RUN`.",
+        ),
+    ] = False,
     verbose: Verbose = False,
 ) -> None:
     """Plan and run templates, print the report.
@@ -81,8 +112,9 @@ def run(
         raise fail(f"unknown backend {backend!r}; use process, docker or kubernetes")
     if server and backend:
         raise fail("--backend applies to the embedded controller; the server has its own")
-    body = run_body(names, budget, priority, parallel, query, seed)
+    body = run_body(names, budget, priority, parallel, query, seed, confirm_over)
     with errors_to_exit():
+        body.update(items_body(items, batch_size))
         if dry_run:
             _dry_run(body, catalog, backend, output)
             return
@@ -214,9 +246,11 @@ def _finish(
 def _print_report(report: dict[str, Any]) -> None:
     out = Console()
     table = Table(title=f"run {report['run_id']}: {report['status']}")
-    for column in ("template", "status", "attempts", "exit", "duration s", "cost $", "error"):
+    for column in ("template", "status", "attempts", "exit", "duration s", "cost $", "items",
+                   "error"):
         table.add_column(column)
     for s in report["sandboxes"]:
+        counts = s.get("items") or {}
         table.add_row(
             s["template_id"],
             s["status"],
@@ -224,6 +258,8 @@ def _print_report(report: dict[str, Any]) -> None:
             "" if s["exit_code"] is None else str(s["exit_code"]),
             "" if s["duration_s"] is None else f"{s['duration_s']:.1f}",
             "" if s["cost_usd"] is None else f"{s['cost_usd']:.2f}",
+            f"{counts['passed']}/{counts['total']} passed, {counts['failed']} failed, "
+            f"{counts['errored']} errored" if counts.get("total") else "",
             s["error"] or "",
         )
     out.print(table)
@@ -244,17 +280,15 @@ def plan(
     priority: Annotated[Priority, typer.Option("--priority")] = Priority.BALANCED,
     parallel: Annotated[int | None, typer.Option("--parallel", min=1)] = None,
     query: Annotated[str | None, typer.Option("--query")] = None,
+    items: ItemsFile = None,
+    batch_size: BatchSize = None,
     catalog: Catalogs = None,
     server: Server = None,
     token: Token = None,
 ) -> None:
     """Plan without running: selected, excluded, cost and time estimates (JSON)."""
     with errors_to_exit(), api_client(server, token, catalog) as client:
-        print(
-            json.dumps(
-                client.post(
-                    "/v1/plans", json=run_body(names or [], budget, priority, parallel, query, 0)
-                ),
-                indent=2,
-            )
-        )
+        body = run_body(names or [], budget, priority, parallel, query, 0)
+        body.update(items_body(items, batch_size))
+        print(json.dumps(client.post("/v1/plans", json=body), indent=2))
+

@@ -67,6 +67,10 @@ runs = Table(
     Column("created_at", UTCDateTime(), nullable=False),
     Column("started_at", UTCDateTime()),
     Column("finished_at", UTCDateTime()),
+    Column("stage", Integer, nullable=False, default=0),  # the stage now launching (staged runs)
+    Column("confirm_over", Boolean, nullable=False, default=False),  # hold on a cost alert
+    Column("hold_reason", Text),  # set while launching waits for a confirmation
+    Column("alerts", JSON),  # cost alerts raised, oldest first
     Index("ix_runs_status", "status"),
     Index("ix_runs_created_at", "created_at"),
 )
@@ -99,6 +103,8 @@ sandboxes = Table(
     Column("tokens", Integer, nullable=False, default=0),
     Column("aggregated", Boolean, nullable=False, default=False),
     Column("log_key", String(300)),
+    Column("stage", Integer, nullable=False, default=0),  # 0-based stage of a staged run
+    Column("cost_alerted", Boolean, nullable=False, default=False),
     Index("ix_sandboxes_run_id_position", "run_id", "position"),
     Index("ix_sandboxes_status_run_id", "status", "run_id"),
 )
@@ -112,10 +118,16 @@ attempts = Table(
     Column("exit_code", Integer),
     Column("error", Text),
     Column("cost_usd", Float),
+    Column("tokens", BigInteger),
+    Column("snapshot_sha256", String(64)),  # of the snapshot object as it was fetched
+    Column("snapshot_bytes", BigInteger),
     Column("started_at", UTCDateTime()),
     Column("exited_at", UTCDateTime()),  # when the backend saw it end
     Column("finished_at", UTCDateTime()),  # when the controller began recording its end
     Column("recorded_at", UTCDateTime()),  # when its end and snapshot rows were committed
+    # Resume (0013): the checkpoint step this attempt was given, and why none was.
+    Column("resumed_from_step", Integer),
+    Column("resume_note", Text),
 )
 
 events = Table(
@@ -166,4 +178,56 @@ result_steps = Table(
     Column("failures", BigInteger),
     Column("cost_usd", Float),
     Column("tokens", BigInteger),
+)
+
+# A tamper-evident record per run: one entry per ended attempt, each hashing the one before.
+ledger = Table(
+    "ledger",
+    metadata,
+    Column("id", AutoId, primary_key=True, autoincrement=True),
+    Column("run_id", String(63), ForeignKey("runs.id"), nullable=False),
+    Column("seq", Integer, nullable=False),  # 1, 2, … per run
+    Column("sandbox_id", String(63), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("prev_hash", String(64), nullable=False),
+    Column("entry_hash", String(64), nullable=False),
+    Column("record", JSON, nullable=False),  # what was hashed, to say which field changed
+    Column("created_at", UTCDateTime(), nullable=False),
+    # Two sandboxes ending at once cannot both take the next seq: the chain cannot fork.
+    UniqueConstraint("run_id", "seq", name="uq_ledger_run_seq"),
+    UniqueConstraint("sandbox_id", "attempt", name="uq_ledger_sandbox_attempt"),
+)
+
+# What each ended sandbox really cost and took, next to the estimate it was planned with.
+observations = Table(
+    "observations",
+    metadata,
+    Column("sandbox_id", String(63), primary_key=True),
+    Column("run_id", String(63), nullable=False),
+    Column("template_id", String(100), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("cost_usd", Float, nullable=False),
+    Column("runtime_s", Float),
+    Column("estimate_cost_min_usd", Float),
+    Column("estimate_cost_max_usd", Float),
+    Column("estimate_runtime_min_s", Float),
+    Column("estimate_runtime_max_s", Float),
+    Column("finished_at", UTCDateTime(), nullable=False),
+    Index("ix_observations_template_finished", "template_id", "finished_at"),
+)
+
+# Batch templates (0013): one row per item of a sandbox's accepted snapshot.
+result_items = Table(
+    "result_items",
+    metadata,
+    Column("sandbox_id", String(63), primary_key=True),
+    Column("item_id", String(200), primary_key=True),
+    Column("run_id", String(63), nullable=False, index=True),
+    Column("template_id", String(100), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("passed", Integer),
+    Column("reason", Text),
+    Column("error", Text),
+    Column("duration_ms", BigInteger),
+    Column("data", Text),
 )

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from controller.errors import InputError, SimpleError
 from controller.planner import PlanRequest, Priority
 from controller.principal import questions
-from controller.principal.conversation import _PICK, _YES, Conversation, Principal
+from controller.principal.conversation import _NO, _PICK, _YES, Conversation, Principal
 from controller.principal.grammar import read_request
 from controller.principal.llm import Completion, LLMClient, LLMError, ToolCall
 
@@ -63,7 +63,7 @@ class AssistedPrincipal(Principal):
 
     def respond(self, conversation: Conversation, text: str, confirm: bool) -> dict[str, Any]:
         lowered = text.lower()
-        if (conversation.pending and _YES.match(lowered)) or (
+        if (conversation.pending and (confirm or _YES.match(lowered) or _NO.match(lowered))) or (
             _PICK.match(lowered) and conversation.choices
         ):
             return super().respond(conversation, text, confirm)

@@ -63,6 +63,7 @@ class Conversation:
     carried_start: bool = False  # that request asked to run, not only to plan
     runs: list[str] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def remember(self, role: str, text: str) -> None:
         self.history.append({"role": role, "content": text[:4000]})
@@ -120,12 +121,13 @@ class Principal:
         self, conversation_id: str | None, text: str, owner: str = "", confirm: bool = False
     ) -> dict[str, Any]:
         conversation = self.conversations.open(conversation_id, owner)
-        conversation.remember("user", text)
-        try:
-            reply = self.respond(conversation, text, confirm)
-        except SimpleError as e:
-            reply = {"kind": "error", "text": str(e)}
-        return self.finish(conversation, reply)
+        with conversation.lock:  # one turn at a time: a double "yes" starts one run
+            conversation.remember("user", text)
+            try:
+                reply = self.respond(conversation, text, confirm)
+            except SimpleError as e:
+                reply = {"kind": "error", "text": str(e)}
+            return self.finish(conversation, reply)
 
     def finish(self, conversation: Conversation, reply: dict[str, Any]) -> dict[str, Any]:
         """Fill the reply's fields, add new notices, remember what was said."""
@@ -300,6 +302,11 @@ class Principal:
         spent = sum(s["cost_usd"] for s in run["sandboxes"])
         return {"kind": "confirm", "run": run,
                 "text": f"Cancel {run_id} ({run['status']}, ${spent:,.2f} spent)? (yes/no)"}
+
+    def notices_for(self, conversation: Conversation) -> list[dict[str, Any]]:
+        """New notices of the conversation's runs (for a push between turns)."""
+        with conversation.lock:
+            return self.new_notices(conversation)
 
     def new_notices(self, conversation: Conversation) -> list[dict[str, Any]]:
         found = []

@@ -228,6 +228,31 @@ def _priority(walk: _Walk) -> str | None:
 def _selection(
     catalog: Catalog, walk: _Walk, budget: float | None
 ) -> tuple[list[str], list[str], list[Choice]]:
+    suites, templates, families, qualities = _named(catalog, walk)
+    if "judged" in qualities and {"quick", "standard", "thorough"} & set(qualities):
+        qualities.remove("judged")  # "simulation judging, be thorough": the level says which
+    suites.extend(_family_suites(catalog, walk, families, qualities, budget))
+    named = bool(suites or templates)
+    if qualities and not families:
+        if named:
+            walk.notes.append(
+                f"{', '.join(QUALITY_WORDS[q] for q in qualities)}: only the portal "
+                "families have judged variants; the rest is read as named"
+            )
+        else:
+            return [], [], family_choices(catalog, qualities)
+    if not named:
+        return [], [], menu_choices(catalog, budget)
+    broad = _broad_word(catalog, walk, budget)
+    if broad is not None and len(suites) == 1 and not templates and not qualities:
+        return [], [], broad_choices(catalog, broad)
+    return suites, templates, []
+
+
+def _named(
+    catalog: Catalog, walk: _Walk
+) -> tuple[list[str], list[str], dict[str, bool], list[str]]:
+    """What the included phrases name: suites, templates, families (explicit?), qualities."""
     suites: list[str] = []
     templates: list[str] = []
     families: dict[str, bool] = {}
@@ -252,25 +277,7 @@ def _selection(
         elif meaning.kind is Kind.QUALITY:
             qualities.append(meaning.value)
             walk.phrases.append(Phrase(phrase, QUALITY_WORDS[meaning.value]))
-    qualities = list(dict.fromkeys(qualities))
-    if "judged" in qualities and {"quick", "standard", "thorough"} & set(qualities):
-        qualities.remove("judged")  # "simulation judging, be thorough": the level says which
-    suites.extend(_family_suites(catalog, walk, families, qualities, budget))
-    named = bool(suites or templates)
-    if qualities and not families:
-        if named:
-            walk.notes.append(
-                f"{', '.join(QUALITY_WORDS[q] for q in qualities)}: only the portal "
-                "families have judged variants; the rest is read as named"
-            )
-        else:
-            return [], [], family_choices(catalog, qualities)
-    if not named:
-        return [], [], menu_choices(catalog, budget)
-    broad = _broad_word(catalog, walk, budget)
-    if broad is not None and len(suites) == 1 and not templates and not qualities:
-        return [], [], broad_choices(catalog, broad)
-    return suites, templates, []
+    return suites, templates, families, list(dict.fromkeys(qualities))
 
 
 def _family_suites(
@@ -330,7 +337,8 @@ def _exclusions(catalog: Catalog, walk: _Walk) -> list[str]:
             tag = meaning.value if meaning.kind is Kind.TAG else QUALITY_TAGS.get(meaning.value)
             ids = [t.id for t in catalog.templates.values() if tag and tag in t.tags]
         excluded.extend(ids)
-        walk.phrases.append(Phrase(phrase, f"exclude {len(ids)} templates"))
+        plural = "" if len(ids) == 1 else "s"
+        walk.phrases.append(Phrase(phrase, f"exclude {len(ids)} template{plural}"))
     return list(dict.fromkeys(excluded))
 
 

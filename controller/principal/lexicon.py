@@ -127,7 +127,8 @@ _words(Meaning(Kind.INTENT, "run"), "run", "start", "launch", "execute", "go", "
        "test", "try", "fire", "fire off", "begin", "running", "let's run", "lets run")
 _words(Meaning(Kind.INTENT, "plan"), "plan", "estimate", "how much would", "what would",
        "dry run", "dry-run", "preview", "quote", "price", "show me a plan", "what if",
-       "how long would", "propose", "suggest", "recommend")
+       "how long would", "propose", "suggest", "recommend", "what does", "how much does",
+       "how much is", "how much for", "what would it cost")
 _words(Meaning(Kind.BREADTH), "all", "every", "whole", "entire", "suite", "complete",
        "all the", "each", "full set", "all of the")
 _words(Meaning(Kind.EXCLUDE), "but not", "except", "except for", "excluding", "without",

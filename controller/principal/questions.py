@@ -25,7 +25,8 @@ RUN_ID = re.compile(r"(?<![\w-])(run-[0-9a-f]{8})(?![\w-])")
 _CANCEL = re.compile(r"^\s*(?:please\s+)?(?:cancel|stop|abort|kill|halt)\b")
 _STATUS = re.compile(
     r"\bhow(?:'s|s| is| are| far along is)\b.*\b(?:doing|going|coming along|getting on|"
-    r"progressing|looking)\b|^\s*(?:status|progress)\b|\bwhere (?:is|are)\b.*\bat\b"
+    r"progressing|looking)\b|^\s*(?:status|progress)\b|\bwhere (?:is|are)\b.*\bat\b|"
+    r"\bwhat(?:'s| is| has)? happen(?:ed|ing)\b|\bany news\b|\bupdate on\b"
 )
 _FAILED = re.compile(
     r"\b(?:what|which|anything|did anything|has anything)\b.*\b(?:fail(?:ed|ing|ures?)?|went "

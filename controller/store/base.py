@@ -10,6 +10,22 @@ def snapshot_key(run_id: str, sandbox_id: str, attempt: int) -> str:
     return f"snapshots/{run_id}/{sandbox_id}/attempt-{attempt}.sqlite"
 
 
+def input_key(run_id: str, stage: int) -> str:
+    """The SQLite file a stage's sandboxes read (SIMPLE_INPUT_URL): the previous stage's rows."""
+    return f"inputs/{run_id}/stage-{stage}.sqlite"
+
+
+def items_key(run_id: str, sandbox_id: str, attempt: int | None = None) -> str:
+    """A batch sandbox's items: all of them, or what one retry attempt still has to run."""
+    name = "items" if attempt is None else f"attempt-{attempt}"
+    return f"items/{run_id}/{sandbox_id}/{name}.jsonl"
+
+
+def resume_key(run_id: str, sandbox_id: str, attempt: int) -> str:
+    """The validated checkpoint handed to `attempt` (SIMPLE_RESUME_URL)."""
+    return f"snapshots/{run_id}/{sandbox_id}/resume-for-attempt-{attempt}.sqlite"
+
+
 def log_key(run_id: str, sandbox_id: str, attempt: int) -> str:
     return f"logs/{run_id}/{sandbox_id}/attempt-{attempt}.log"
 
@@ -31,6 +47,10 @@ class ObjectStore(ABC):
 
     def presigned_put_url(self, key: str, expires_s: int) -> str | None:
         """A URL a sandbox may PUT `key` to without credentials; None = upload via controller."""
+        return None
+
+    def presigned_get_url(self, key: str, expires_s: int) -> str | None:
+        """A URL a sandbox may GET `key` from without credentials; None = via controller."""
         return None
 
     def check(self) -> None:

@@ -207,6 +207,19 @@ class S3Store(ObjectStore):
             raise self._error(f"cannot presign an upload URL for {key}", e) from e
         return url
 
+    def presigned_get_url(self, key: str, expires_s: int) -> str:
+        """A URL that lets its holder GET this one key, and nothing else, for `expires_s`."""
+        try:
+            url: str = self._signer.generate_presigned_url(
+                "get_object",
+                Params={"Bucket": self.bucket, "Key": self.object_key(key)},
+                ExpiresIn=max(1, min(int(expires_s), MAX_PRESIGN_S)),
+                HttpMethod="GET",
+            )
+        except BotoCoreError as e:
+            raise self._error(f"cannot presign a download URL for {key}", e) from e
+        return url
+
     def check(self) -> None:
         """Raise UnavailableError naming the reason: bucket missing, credentials, endpoint."""
         try:

@@ -97,14 +97,13 @@ def last_event_id(engine: Engine, run_id: str) -> int:
 def last_event_per_sandbox(engine: Engine, run_id: str) -> dict[str, dict[str, Any]]:
     """Each sandbox's most recent event (its 'last message')."""
     latest = (
-        select(func.max(events.c.id).label("id"))
+        select(func.max(events.c.id))
         .where(events.c.run_id == run_id)
         .group_by(events.c.sandbox_id)
-        .subquery()
+        .scalar_subquery()
     )
-    query = select(events.c.sandbox_id, events.c.type, events.c.data).join(
-        latest, events.c.id == latest.c.id
-    )
+    # `id IN (...)`: primary-key lookups (a join on the grouped subquery scanned events).
+    query = select(events.c.sandbox_id, events.c.type, events.c.data).where(events.c.id.in_(latest))
     with engine.connect() as conn:
         return {r.sandbox_id: {"type": r.type, "data": r.data} for r in conn.execute(query)}
 

@@ -97,6 +97,8 @@ def test_every_rendered_object_validates_strictly(helm: str, values: str, versio
     docs = render(helm, values)
     assert docs
     for doc in docs:
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # the Prometheus Operator's CRD, not Kubernetes': checked on its own below
         try:
             kubernetes_validate.validate(doc, version, strict=True)
         except kubernetes_validate.ValidationError as e:
@@ -414,3 +416,26 @@ def test_k8s_kustomization_lists_every_manifest(helm: str) -> None:
     assert {d["kind"] for d in objects} >= {"Namespace", "Deployment", "Service", "Role",
                                             "RoleBinding", "ServiceAccount", "NetworkPolicy"}
     assert len(objects) == len(render(helm)) + 1  # the chart's objects and the Namespace
+
+
+def test_metrics_scrape_annotations_and_service_monitor(helm: str) -> None:
+    default = render(helm)
+    [deployment] = [d for d in default if d["kind"] == "Deployment"]
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert (annotations["prometheus.io/port"], annotations["prometheus.io/path"]) == (
+        "8080", "/metrics")
+    assert not [d for d in default if d["kind"] == "ServiceMonitor"], "off by default"
+
+    docs = render(helm, "servicemonitor-values.yaml")
+    [monitor] = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    [service] = [d for d in docs if d["kind"] == "Service"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items(), "it selects the Service"
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in [p["name"] for p in service["spec"]["ports"]]
+    assert (endpoint["path"], endpoint["interval"]) == ("/metrics", "15s")
+    assert endpoint["authorization"]["credentials"] == {"name": "simple-metrics", "key": "token"}
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+    assert "prometheus.io/scrape" not in deployment["spec"]["template"]["metadata"]["annotations"]

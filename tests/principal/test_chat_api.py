@@ -20,6 +20,9 @@ from websockets.sync.client import connect
 from controller.cli.embedded import EmbeddedServer
 from controller.settings import Settings
 
+# No database behaviour of its own (or its own SQLite file): once is enough in CI.
+pytestmark = pytest.mark.once
+
 CATALOG = """
 templates:
   - id: cheap_one
@@ -37,6 +40,12 @@ templates:
     estimate: {cost_usd: [0.1, 0.5], runtime_s: [1, 5]}
     timeout_s: 120
     config: {agents: 2, steps: 2, fail_at_step: 1}
+  - id: overrun
+    category: chat-tests
+    description: reports more cost than its estimate allows
+    estimate: {cost_usd: [0.0, 0.001], runtime_s: [1, 5]}
+    timeout_s: 120
+    config: {agents: 2, steps: 3}
   - id: slow_one
     category: chat-tests
     estimate: {cost_usd: [0.1, 0.5], runtime_s: [1, 600]}
@@ -283,3 +292,118 @@ def test_ws_too_big_a_message_closes_the_socket(served: EmbeddedServer, tmp_path
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=15)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+# --- simplectl ask during a real run ---------------------------------------------------
+
+
+def test_simplectl_ask_answers_with_the_live_state_and_cost(
+    served: EmbeddedServer, client: httpx.Client
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    started = say(client, "run slow_one")
+    run_id = started["run"]["run_id"]
+
+    def costing() -> dict[str, Any] | None:
+        sandbox = client.get(f"/v1/runs/{run_id}").json()["sandboxes"][0]
+        return sandbox if sandbox["status"] == "running" and sandbox["cost_usd"] > 0 else None
+
+    wait_for(costing, 60, "slow_one to run and report cost")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIMPLE_")}
+    env.update(SIMPLE_SERVER=served.url, SIMPLE_TOKEN="t1")
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.cli", "ask", "--json", "how's slow_one doing?"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    reply = json.loads(result.stdout)
+    sandbox = reply["answer"]["sandboxes"][0]
+    assert sandbox["run_id"] == run_id and sandbox["status"] == "running"
+    assert sandbox["cost_usd"] > 0
+    assert f"slow_one in {run_id}: running, step " in reply["text"]
+    assert f"${sandbox['cost_usd']:,.2f} spent (estimate $0.10-0.50" in reply["text"]
+    client.post(f"/v1/runs/{run_id}/cancel")
+
+
+# --- notices -----------------------------------------------------------------------------
+
+
+def test_notices_reach_the_run_stream_and_the_conversation(client: httpx.Client) -> None:
+    started = say(client, "run overrun")
+    run_id = started["run"]["run_id"]
+    notices = []
+    with client.stream("GET", f"/v1/runs/{run_id}/stream", timeout=60) as stream:
+        kind = None
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                kind = line.removeprefix("event: ")
+            elif line.startswith("data: ") and kind == "notice":
+                notices.append(json.loads(line.removeprefix("data: ")))
+            elif kind == "end":
+                break
+    assert [n["kind"] for n in notices] == ["cost"]
+    assert notices[0]["template_id"] == "overrun"
+    assert "above its $0.00 max estimate" in notices[0]["message"]
+    followup = say(client, "how is it going?", started["conversation_id"])
+    assert [n["key"] for n in followup["notices"]] == [notices[0]["key"]]
+    assert "Notice: overrun has cost $" in followup["text"]
+    again = say(client, "how is it going?", started["conversation_id"])
+    assert again["notices"] == []  # said once
+
+
+# --- the dashboard's chat panel --------------------------------------------------------
+
+
+def test_the_dashboard_chat_panel(served: EmbeddedServer) -> None:
+    with httpx.Client(base_url=served.url, timeout=30) as browser:
+        assert browser.get("/chat").status_code in (303, 307)  # log in first
+        browser.post("/login", data={"token": "t1", "next": "/chat"})
+        page = browser.get("/chat")
+        assert page.status_code == 200
+        assert '<script src="/static/chat.js"' in page.text and 'href="/chat"' in page.text
+        assert browser.get("/static/chat.js").status_code == 200
+        csrf = page.text.split('name="csrf-token" content="')[1].split('"')[0]
+        forged = browser.post("/v1/chat", json={"message": "run pricey"})
+        assert forged.status_code == 403  # no CSRF header: the cookie alone may not act
+        reply = browser.post("/v1/chat", json={"message": "run pricey"},
+                             headers={"X-CSRF-Token": csrf}).json()
+        assert reply["kind"] == "confirm"
+    with _client(served, "t2") as other:
+        stolen = other.post("/v1/chat", json={"message": "yes",
+                                              "conversation_id": reply["conversation_id"]})
+        assert stolen.status_code == 404
+
+
+def test_ws_pushes_notices_of_the_runs_it_started(served: EmbeddedServer) -> None:
+    with connect(ws_url(served), additional_headers={"Authorization": "Bearer t1"}) as ws:
+        ws.send(json.dumps({"message": "run overrun"}))
+        started = json.loads(ws.recv(timeout=30))
+        assert started["kind"] == "started"
+        deadline = time.monotonic() + 60
+        while True:
+            message = json.loads(ws.recv(timeout=max(1.0, deadline - time.monotonic())))
+            if message["type"] == "notice":
+                break
+        assert message["kind"] == "cost" and message["run_id"] == started["run"]["run_id"]
+
+
+def test_simplectl_chat_is_a_conversation(served: EmbeddedServer) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIMPLE_")}
+    env.update(SIMPLE_SERVER=served.url, SIMPLE_TOKEN="t1")
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.cli", "chat"],
+        input="be thorough\nA\nno\nwhat's running?\n\n",
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "A) portal, thorough" in out  # the choices
+    assert "4 templates, $25.00-50.00" in out and "Start it? (yes/no)" in out  # A, planned
+    assert "nothing was started" in out  # "no"

@@ -17,6 +17,9 @@ from controller.catalog import Catalog
 from controller.planner import PlanRequest, plan
 from controller.principal.grammar import read_request
 
+# No database behaviour of its own (or its own SQLite file): once is enough in CI.
+pytestmark = pytest.mark.once
+
 
 @dataclass(frozen=True)
 class Case:
@@ -162,6 +165,16 @@ PARAPHRASES = [
     Case("run quick steadfastly", suites=("quick",), unknown=("steadfastly",)),
     Case("run quick, costume party", suites=("quick",), unknown=("costume", "party")),
     Case("everything, I'm feeling lucky", suites=("ultra",), unknown=("i'm", "feeling", "lucky")),
+    # spoken numbers and times
+    Case("can you run full and corporate in under an hour?", suites=("full", "corporate"),
+         runtime=3600),
+    Case("run quick, budget is fifty dollars", suites=("quick",), budget=50),
+    Case("quick within half an hour", suites=("quick",), runtime=1800),
+    Case("run quick with a hundred dollars", suites=("quick",), budget=100),
+    Case("quick, twelve minutes", suites=("quick",), runtime=720),
+    Case("what does ultra cost?", suites=("ultra",)),
+    Case("run the startup unicorn portal", suites=("portal-test",),
+         unknown=("startup", "unicorn")),
     # nothing named
     Case("", choices=6),
     Case("do something nice", choices=6, unknown=("something", "nice")),
@@ -209,7 +222,7 @@ def test_every_phrase_is_explained(builtin: Catalog) -> None:
     assert meanings["2 at a time"] == "at most 2 sandboxes at once"
     assert meanings["under $5"] == "budget $5.00"
     assert meanings["quick"] == "suite quick (7 templates)"
-    assert meanings["but not board_meeting"] == "exclude 1 templates"
+    assert meanings["but not board_meeting"] == "exclude 1 template"
 
 
 def test_choices_carry_counts_and_costs(builtin: Catalog) -> None:
@@ -271,3 +284,32 @@ def test_ambiguous_query_is_refused_with_the_choices(builtin: Catalog) -> None:
         plan(builtin, PlanRequest(query="be thorough"))
     assert "A) portal, thorough" in e.value.message
     assert e.value.field == "query"
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("how's portal_unicorn doing?", "status"),
+    ("How is run-1a2b3c4d going?", "status"),
+    ("what happened to run-12345678?", "status"),
+    ("status", "status"),
+    ("what failed and why?", "failures"),
+    ("why did board_meeting fail?", "failures"),
+    ("is anything failing?", "failures"),
+    ("what has run-1a2b3c4d cost so far?", "cost"),
+    ("how much have we spent?", "cost"),
+    ("what's running?", "running"),
+    ("is anything running", "running"),
+    ("cancel run-1a2b3c4d", "cancel"),
+    ("please stop run-1a2b3c4d", "cancel"),
+    ("run quick under $5", None),
+    ("how much would everything cost?", None),  # a plan, not a question about runs
+    ("Test founder profiles with simulation judging, be thorough", None),
+])
+def test_questions_are_told_from_requests(builtin: Catalog, text: str, kind: str | None) -> None:
+    from controller.principal.questions import recognise
+
+    question = recognise(builtin, text)
+    assert (question.kind if question else None) == kind
+    if question and "run-" in text:
+        assert question.run_id and question.run_id in text
+    if question and "portal_unicorn" in text:
+        assert question.templates == ("portal_unicorn",)

@@ -7,12 +7,16 @@ in the reading, whatever the order and the separators.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.catalog import load_catalog
 from controller.principal.grammar import read_request
 from controller.settings import REPO_CATALOG_DIR
+
+# No database behaviour of its own (or its own SQLite file): once is enough in CI.
+pytestmark = pytest.mark.once
 
 CATALOG = load_catalog([REPO_CATALOG_DIR])
 # Suites named by their exact names (a bare "portal" or "corporate" is refined or
@@ -57,7 +61,7 @@ def requests(draw: st.DrawFn) -> tuple[str, list[str], float | None, int | None,
     return text, suites, budget, parallel, runtime
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(requests())
 def test_numbers_land_in_their_fields_and_no_suite_is_dropped(
     request: tuple[str, list[str], float | None, int | None, int | None],

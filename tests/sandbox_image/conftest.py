@@ -29,6 +29,10 @@ class Recorder:
     put_auth: list[str | None] = field(default_factory=list)
     put_paths: list[str] = field(default_factory=list)
     fail_posts: int = 0  # answer the next N POSTs with 503
+    busy_posts: int = 0  # answer the next N POSTs with 429 and Retry-After: retry_after
+    retry_after: str = "1"
+    fail_retry_after: str | None = None  # Retry-After of the 503s, if any
+    post_times: list[float] = field(default_factory=list)  # monotonic, every POST
     fail_puts: int = 0  # answer the next N PUTs with 503
     event_status: Callable[[list[dict[str, Any]]], int] | None = None  # status for a batch
     put_status: int = 200
@@ -59,8 +63,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass  # keep pytest output clean
 
-    def _reply(self, status: int, body: bytes = b"{}") -> None:
+    def _reply(self, status: int, body: bytes = b"{}", retry_after: str | None = None) -> None:
         self.send_response(status)
+        if retry_after is not None:
+            self.send_header("Retry-After", retry_after)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -75,9 +81,13 @@ class _Handler(BaseHTTPRequestHandler):
         with rec.lock:
             rec.post_sizes.append(len(events))
             rec.post_auth.append(self.headers.get("Authorization"))
+            rec.post_times.append(time.monotonic())
+            if rec.busy_posts > 0:
+                rec.busy_posts -= 1
+                return self._reply(429, b'{"detail": "busy"}', retry_after=rec.retry_after)
             if rec.fail_posts > 0:
                 rec.fail_posts -= 1
-                return self._reply(503, b'{"detail": "try later"}')
+                return self._reply(503, b'{"detail": "try later"}', rec.fail_retry_after)
             status = rec.event_status(events) if rec.event_status else 200
             if 200 <= status < 300:
                 seen = {e["id"] for e in rec.events}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,24 @@ def test_retries_503_and_loses_nothing(outbox: Outbox, client: httpx.Client,
     assert left == 0
     assert [e["seq"] for e in fake_controller.events] == list(range(1, 8))
     assert len(fake_controller.post_sizes) == 5
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_waits_at_least_retry_after_then_redelivers(outbox: Outbox, client: httpx.Client,
+                                                    fake_controller: Recorder,
+                                                    status: int) -> None:
+    if status == 429:
+        fake_controller.busy_posts = 2
+    else:
+        fake_controller.fail_posts = 2
+        fake_controller.fail_retry_after = "1"
+    fill(outbox, 5)
+    _, left = deliver(outbox, client, fake_controller)
+    assert left == 0
+    assert [e["seq"] for e in fake_controller.events] == list(range(1, 6)), "once each, in order"
+    assert fake_controller.post_sizes == [5, 5, 5], "the same batch, redelivered"
+    times = fake_controller.post_times  # FAST backoff alone would retry within 0.05 s
+    assert all(later - earlier >= 0.95 for earlier, later in pairwise(times))
 
 
 def test_retries_connection_errors_until_the_flush_deadline(outbox: Outbox,

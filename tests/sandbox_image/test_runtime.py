@@ -78,7 +78,8 @@ def test_a_template_run_reports_everything(fake_controller: Recorder, tmp_path: 
     assert types.count("progress") == 7 and types.count("completed") == 1
     assert set(fake_controller.post_auth) == {"Bearer tok-1"}
     (started_event,) = fake_controller.of_type("started")
-    assert started_event["data"] == {"attempt": 1, "steps_total": 7, "agents": 6}
+    assert started_event["data"] == {"attempt": 1, "steps_total": 7, "agents": 6,
+                                     "resumed_from_step": None}
     progress = fake_controller.of_type("progress")
     assert [p["data"]["step"] for p in progress] == list(range(1, 8))
     # a checkpoint at step 5, then the final snapshot; no Authorization on either

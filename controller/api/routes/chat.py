@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from controller.api.deps import Authorized, BearerCredentials, token_is_valid
+from controller.api.deps import Authorized, BearerCredentials, SessionCookie, token_is_valid
 from controller.api.models import ChoicePublic, Interpretation, error_responses
 from controller.errors import SimpleError
 from controller.principal.conversation import Principal
@@ -77,13 +77,16 @@ def _owner(token: str | None) -> str:
     responses=error_responses(401, 404, 422),
 )
 def chat(
-    body: ChatTurn, request: Request, credentials: BearerCredentials = None
+    body: ChatTurn,
+    request: Request,
+    credentials: BearerCredentials = None,
+    session: SessionCookie = None,
 ) -> dict[str, Any]:
     """One turn of a conversation with the principal (plan, run, ask, cancel)."""
     token = credentials.credentials.strip() if credentials else None
-    return _principal(request).turn(
-        body.conversation_id, body.message, _owner(token), body.confirm
-    )
+    # The dashboard's panel sends its session cookie (a digest of its token) instead.
+    owner = _owner(token) if token else _owner("session:" + session if session else None)
+    return _principal(request).turn(body.conversation_id, body.message, owner, body.confirm)
 
 
 @router.websocket("/ws")
@@ -141,7 +144,7 @@ async def _push_notices(
     websocket: WebSocket, principal: Principal, conversation_id: str, owner: str
 ) -> None:
     conversation = principal.conversations.open(conversation_id, owner)
-    for notice in await asyncio.to_thread(principal.new_notices, conversation):
+    for notice in await asyncio.to_thread(principal.notices_for, conversation):
         await _send(websocket, {"type": "notice", **notice})
 
 

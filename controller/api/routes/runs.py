@@ -8,11 +8,31 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.models import Report, RunCreate, RunId, RunList, RunPublic, error_responses
-from controller.report import fetch_report
+from controller.api.models import (
+    ItemPage,
+    Report,
+    RunCreate,
+    RunId,
+    RunList,
+    RunPublic,
+    SandboxIdQuery,
+    error_responses,
+)
+from controller.errors import InputError
+from controller.item_results import MAX_PAGE, all_items, list_items
+from controller.report import REPORT_PAGE_MAX, fetch_report
 from controller.report_formats import report_junit, report_markdown
-from controller.runs import cancel_run, create_run, get_run, list_runs
+from controller.runs import (
+    SANDBOX_PAGE_MAX,
+    cancel_run,
+    create_run,
+    get_run,
+    get_run_row,
+    list_runs,
+)
 from controller.states import RunStatus
+
+_PAGE_HELP = "sandboxes per page, in launch order; runs that fit one page are returned whole"
 
 router = APIRouter(
     prefix="/v1/runs",
@@ -59,6 +79,7 @@ def start_run(
         default_image=controller.settings.default_image,
         seed=body.seed,
         idempotency_key=idempotency_key,
+        store=controller.store,
     )
     if created:
         controller.kick()
@@ -78,9 +99,16 @@ def runs_list(
 
 
 @router.get("/{run_id}", response_model=RunPublic, responses=error_responses(404))
-def run_get(run_id: RunId, controller: ControllerDep) -> dict[str, Any]:
-    """One run with its sandboxes and their progress."""
-    return get_run(controller.engine, run_id)
+def run_get(
+    run_id: RunId,
+    controller: ControllerDep,
+    limit: Annotated[int, Query(ge=1, le=SANDBOX_PAGE_MAX, description=_PAGE_HELP)] = (
+        SANDBOX_PAGE_MAX
+    ),
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    """One run with its sandboxes (a page: limit, offset) and their progress."""
+    return get_run(controller.engine, run_id, limit, offset)
 
 
 @router.post("/{run_id}/cancel", response_model=RunPublic, responses=error_responses(404))
@@ -100,7 +128,8 @@ def run_cancel(run_id: RunId, controller: ControllerDep) -> dict[str, Any]:
                 "application/xml": {"schema": {"type": "string"}},
                 "text/markdown": {"schema": {"type": "string"}},
             },
-            "description": "JSON by default; JUnit XML (one testcase per sandbox) with "
+            "description": "JSON by default; JUnit XML (one testcase per sandbox, or per "
+            "item of a batch sandbox) with "
             "?format=junit; a Markdown summary with ?format=markdown",
         },
         **error_responses(404),
@@ -110,11 +139,53 @@ def run_report(
     run_id: RunId,
     controller: ControllerDep,
     format: Annotated[str, Query(pattern="^(json|junit|markdown)$")] = "json",
+    limit: Annotated[int | None, Query(ge=1, le=REPORT_PAGE_MAX, description=_PAGE_HELP)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
 ) -> Any:
     """The aggregated report: JSON, or ?format=junit / ?format=markdown."""
-    report = fetch_report(controller.engine, run_id)
+    report = fetch_report(controller.engine, run_id, limit, offset)
     if format == "junit":
-        return PlainTextResponse(report_junit(report), media_type="application/xml")
+        items = all_items(controller.engine, run_id)
+        return PlainTextResponse(report_junit(report, items), media_type="application/xml")
     if format == "markdown":
-        return PlainTextResponse(report_markdown(report), media_type="text/markdown")
+        problems = [
+            *list_items(controller.engine, run_id, limit=50, outcome_filter="errored"),
+            *list_items(controller.engine, run_id, limit=50, outcome_filter="failed"),
+        ]
+        return PlainTextResponse(report_markdown(report, problems), media_type="text/markdown")
     return report
+
+
+@router.get("/{run_id}/items", response_model=ItemPage, responses=error_responses(404))
+def run_items(
+    run_id: RunId,
+    controller: ControllerDep,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    after: Annotated[
+        str | None,
+        Query(max_length=300, description="The previous page's next_after cursor"),
+    ] = None,
+    sandbox_id: SandboxIdQuery = None,
+    outcome: Annotated[str | None, Query(pattern="^(passed|failed|errored|skipped)$")] = None,
+) -> dict[str, Any]:
+    """The run's per-item results (batch templates), a page at a time."""
+    get_run_row(controller.engine, run_id)
+    cursor = None
+    if after is not None:
+        sandbox, sep, item = after.partition("/")
+        if not sep:
+            raise InputError("after must be the next_after of the previous page", field="after")
+        cursor = (sandbox, item)
+    page = list_items(
+        controller.engine,
+        run_id,
+        limit=limit,
+        after=cursor,
+        sandbox_id=sandbox_id,
+        outcome_filter=outcome,
+    )
+    last = page[-1] if len(page) == limit else None
+    return {
+        "items": page,
+        "next_after": f"{last['sandbox_id']}/{last['item_id']}" if last else None,
+    }

@@ -7,9 +7,11 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import Path as FastApiPath
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy import select
 
+from controller import metrics
 from controller.api.body_guard import ATTEMPT_KEY
 from controller.api.deps import Authorized, ControllerDep
 from controller.api.models import (
@@ -25,6 +27,7 @@ from controller.errors import (
     ForbiddenError,
     NotFoundError,
     PayloadTooLargeError,
+    QuotaExceededError,
     SimpleError,
     UnauthorizedError,
 )
@@ -37,10 +40,11 @@ from controller.ingest import (
     answer_without_storing,
     load_sandbox,
 )
+from controller.inputs import input_key
 from controller.runs import get_sandbox
 from controller.states import SandboxStatus
 from controller.store.base import snapshot_key
-from controller.tokens import signature_matches
+from controller.tokens import input_signature_matches, signature_matches
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=error_responses(404, 422))
 
@@ -134,18 +138,22 @@ async def post_events(
         return answer_without_storing(incoming)
     writer: EventWriter | None = getattr(state, "event_writer", None)
     if writer is None or writer.engine is not controller.engine:
-        writer = state.event_writer = EventWriter(controller.engine)
+        settings = controller.settings
+        writer = state.event_writer = EventWriter(
+            controller.engine, settings.ingest_queue_max_events, settings.ingest_retry_after_s
+        )
     # BodyGuard found the attempt whose token this is (none: the writer answers 401/403).
     attempt: int | None = getattr(request.state, ATTEMPT_KEY, None)
-    if attempt is None:
-        return await asyncio.wrap_future(writer.submit(incoming))
-    quota = _event_quota(request, controller)
-    cost = (sandbox_id, attempt, len(batch.events), len(await request.body()))
-    await asyncio.to_thread(quota.reserve, *cost)
+    cost = None
     try:
+        if attempt is not None:
+            cost = (sandbox_id, attempt, len(batch.events), len(await request.body()))
+            await asyncio.to_thread(_event_quota(request, controller).reserve, *cost)
         return await asyncio.wrap_future(writer.submit(incoming))
-    except SimpleError:
-        quota.release(*cost)
+    except SimpleError as e:
+        metrics.EVENTS_REJECTED.labels(str(e.status_code)).inc()
+        if cost is not None and not isinstance(e, QuotaExceededError | PayloadTooLargeError):
+            _event_quota(request, controller).release(*cost)
         raise
 
 
@@ -210,3 +218,39 @@ async def put_snapshot(
     key = snapshot_key(row.run_id, sandbox_id, attempt)
     controller.store.put(key, bytes(body))
     return {"key": key, "bytes": len(body)}
+
+
+@router.get(
+    "/{sandbox_id}/inputs/{kind}",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+            "description": "The attempt's items (JSON Lines) or its checkpoint (SQLite)",
+        },
+        **error_responses(401, 403),
+    },
+)
+def get_input(
+    sandbox_id: SandboxId,
+    kind: Annotated[str, FastApiPath(pattern="^(items|resume)$")],
+    controller: ControllerDep,
+    attempt: Annotated[int, Query(ge=1)],
+    signature: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
+) -> Response:
+    """SIMPLE_ITEMS_URL / SIMPLE_RESUME_URL when the store has no presigned URLs."""
+    row = load_sandbox(controller.engine, sandbox_id)
+    if not input_signature_matches(signature, row.token_hash, sandbox_id, attempt, kind):
+        raise UnauthorizedError(
+            f"invalid signature for the {kind} of sandbox {sandbox_id}",
+            hint="GET the URL exactly as given in the environment",
+        )
+    if row.attempt != attempt or row.status != SandboxStatus.RUNNING:
+        raise ForbiddenError(
+            f"attempt {attempt} of sandbox {sandbox_id} is over",
+            hint="only the running attempt may read its inputs",
+        )
+    data = controller.store.get(input_key(row, attempt, kind))
+    if data is None:
+        raise NotFoundError(f"sandbox {sandbox_id} attempt {attempt} has no {kind}")
+    return Response(data, media_type="application/octet-stream")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -118,7 +119,7 @@ async def stream_run(
     ] = 0,
 ) -> StreamingResponse:
     """Live run state and sandbox events (SSE); resume with Last-Event-ID."""
-    run = await asyncio.to_thread(get_run, controller.engine, run_id)  # 404 before streaming
+    run, _ = await _shared_run(controller.engine, run_id)  # 404 before streaming
     if last_event_id and last_event_id.isdigit():
         after = int(last_event_id)
     return StreamingResponse(
@@ -134,14 +135,15 @@ async def _messages(
     yield b"retry: 1000\n\n"
     # The run's state comes first, so a client (re)connecting sees where it stands at
     # once; its id is where the client resumed, so reconnecting with it loses nothing.
-    sent_state = json.dumps(run, sort_keys=True)
+    sent_state = state = json.dumps(run, sort_keys=True)
     yield _sse("run", after, run)
     idle = 0.0
     noticed: set[str] = set()
     next_notice = 0.0
     while True:
         final = run["status"] not in ACTIVE_RUN
-        if not final and asyncio.get_running_loop().time() >= next_notice:
+        # Also once the run is over: a cost overrun is still worth saying then.
+        if final or asyncio.get_running_loop().time() >= next_notice:
             next_notice = asyncio.get_running_loop().time() + NOTICE_EVERY_S
             for notice in await asyncio.to_thread(run_notices, engine, catalog, run_id):
                 if notice["key"] not in noticed and len(noticed) < 10_000:
@@ -151,11 +153,10 @@ async def _messages(
         for row in rows:
             after = row["id"]
             yield _sse("sandbox-event", after, row)
-        state = json.dumps(run, sort_keys=True)
         if state != sent_state:
             sent_state = state
             idle = 0.0
-            yield _sse("run", after, run)
+            yield f"id: {after}\nevent: run\ndata: {state}\n\n".encode()
         if final and len(rows) < BATCH:
             yield _sse("end", after, {"run_id": run_id, "status": run["status"]})
             return
@@ -165,7 +166,32 @@ async def _messages(
                 idle = 0.0
                 yield b": keep-alive\n\n"
             await asyncio.sleep(POLL_S)
+        run, state = await _shared_run(engine, run_id)
+
+
+# Every viewer of a run polls its state; with many viewers of a big run (a dashboard on
+# 20 screens, 1,000 sandboxes) reading and encoding it per viewer would dominate. Viewers
+# in this process share one read per POLL_S, and its JSON text, per run.
+_SHARED: dict[tuple[int, int, str], tuple[float, dict[str, Any], str]] = {}
+_LOCKS: dict[tuple[int, int, str], asyncio.Lock] = {}
+_SHARED_KEEP_S = 30.0
+
+
+async def _shared_run(engine: Engine, run_id: str) -> tuple[dict[str, Any], str]:
+    """The run and its JSON, read at most once per POLL_S for all of its viewers."""
+    key = (id(asyncio.get_running_loop()), id(engine), run_id)
+    async with _LOCKS.setdefault(key, asyncio.Lock()):
+        now = time.monotonic()
+        cached = _SHARED.get(key)
+        if cached and now - cached[0] < POLL_S:
+            return cached[1], cached[2]
         run = await asyncio.to_thread(get_run, engine, run_id)
+        state = json.dumps(run, sort_keys=True)
+        _SHARED[key] = (now, run, state)
+        for old in [k for k, v in _SHARED.items() if now - v[0] > _SHARED_KEEP_S]:
+            _SHARED.pop(old, None)
+            _LOCKS.pop(old, None)
+        return run, state
 
 
 def _events_after(engine: Engine, run_id: str, after: int, settle: bool) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from controller.api.deps import Authorized, ControllerDep
 from controller.api.models import PlanPublic, RunCreate, TemplateList, error_responses
 from controller.errors import UnknownNameError
+from controller.estimates import planning_catalog
 from controller.planner import plan
 
 router = APIRouter(
@@ -52,4 +53,5 @@ def list_templates(
 @router.post("/plans", response_model=PlanPublic, responses=error_responses(400))
 def create_plan(body: RunCreate, controller: ControllerDep) -> dict[str, Any]:
     """Plan without running: what would be selected, excluded, and what it would cost."""
-    return plan(controller.catalog, body.plan_request()).to_dict()
+    catalog, sources = planning_catalog(controller.engine, controller.catalog)
+    return plan(catalog, body.plan_request(), sources).to_dict()

@@ -1,0 +1,157 @@
+"""What a run is accountable for: its ledger and its verification, cost-alert
+confirmations, estimate accuracy, and the stage input its sandboxes read."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from controller.alerts import confirm_run
+from controller.api.deps import Authorized, ControllerDep
+from controller.api.models import RunId, SandboxId, error_responses
+from controller.errors import ForbiddenError, NotFoundError, UnauthorizedError
+from controller.estimates import accuracy
+from controller.ingest import load_sandbox
+from controller.ledger import read_ledger
+from controller.states import SandboxStatus
+from controller.store.base import input_key
+from controller.tokens import signature_matches
+from controller.verify import verify_run
+
+router = APIRouter(tags=["accounting"], responses=error_responses(422))
+
+
+class _Public(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class LedgerEntry(_Public):
+    seq: int = Field(description="1, 2, … in the order attempts ended")
+    sandbox_id: str
+    attempt: int
+    prev_hash: str = Field(description="The previous entry's hash (64 zeros for the first)")
+    entry_hash: str = Field(description='SHA-256 of canonical JSON {"seq", "prev", "record"}')
+    record: dict[str, Any]
+    created_at: str
+
+
+class Ledger(_Public):
+    run_id: str
+    entries: list[LedgerEntry]
+    count: int
+    ledger_head: str | None = Field(description="The last entry's hash")
+
+
+class Verification(_Public):
+    run_id: str
+    ok: bool
+    entries: int
+    snapshots: int = Field(description="Snapshot objects fetched and re-hashed")
+    ledger_head: str | None
+    problem: str | None = Field(description="The first entry that does not match, and why")
+    summary: str
+
+
+class Confirmed(_Public):
+    run_id: str
+    confirmed: str = Field(description="What the run was waiting for")
+
+
+class Accuracy(_Public):
+    templates: list[dict[str, Any]]
+
+
+@router.get(
+    "/v1/runs/{run_id}/ledger",
+    dependencies=[Authorized],
+    response_model=Ledger,
+    responses=error_responses(401, 404),
+)
+def run_ledger(run_id: RunId, controller: ControllerDep) -> dict[str, Any]:
+    """The run's hash chain: one entry per ended attempt, oldest first."""
+    return read_ledger(controller.engine, run_id)
+
+
+@router.get(
+    "/v1/runs/{run_id}/verify",
+    dependencies=[Authorized],
+    response_model=Verification,
+    responses=error_responses(401, 404),
+)
+def run_verify(run_id: RunId, controller: ControllerDep) -> dict[str, Any]:
+    """Recompute the chain from the database and re-hash every snapshot in the store."""
+    verdict = verify_run(
+        controller.engine, controller.store, run_id, controller.settings.snapshot_max_bytes
+    )
+    return {
+        "run_id": run_id,
+        "ok": verdict.ok,
+        "entries": verdict.entries,
+        "snapshots": verdict.snapshots,
+        "ledger_head": verdict.head,
+        "problem": verdict.problem,
+        "summary": verdict.summary(),
+    }
+
+
+@router.post(
+    "/v1/runs/{run_id}/confirm",
+    dependencies=[Authorized],
+    response_model=Confirmed,
+    responses=error_responses(401, 404, 409),
+)
+def run_confirm(run_id: RunId, controller: ControllerDep) -> dict[str, Any]:
+    """Let a run held by a cost alert (confirm_over) launch again."""
+    result = confirm_run(controller.engine, run_id)
+    controller.kick()
+    return result
+
+
+@router.get(
+    "/v1/estimates",
+    dependencies=[Authorized],
+    response_model=Accuracy,
+    responses=error_responses(401),
+)
+def estimate_accuracy(controller: ControllerDep) -> dict[str, Any]:
+    """Per template: the catalog's estimate against what its runs really cost and took."""
+    return {"templates": accuracy(controller.engine, controller.catalog)}
+
+
+@router.get(
+    "/v1/sandboxes/{sandbox_id}/input",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"application/vnd.sqlite3": {"schema": {"type": "string"}}},
+            "description": "The previous stage's rows (SIMPLE_INPUT_URL)",
+        },
+        **error_responses(401, 403, 404),
+    },
+)
+def sandbox_input(
+    sandbox_id: SandboxId,
+    controller: ControllerDep,
+    attempt: Annotated[int, Query(ge=1)],
+    signature: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
+) -> Response:
+    """SIMPLE_INPUT_URL on the local store: signed for one attempt of one sandbox."""
+    row = load_sandbox(controller.engine, sandbox_id)
+    if not signature_matches(signature, row.token_hash, sandbox_id, attempt, "input"):
+        raise UnauthorizedError(
+            f"invalid input signature for sandbox {sandbox_id}",
+            hint="GET SIMPLE_INPUT_URL exactly as given",
+        )
+    if row.attempt != attempt or row.status != SandboxStatus.RUNNING:
+        raise ForbiddenError(
+            f"attempt {attempt} of sandbox {sandbox_id} is over",
+            hint="only the running attempt may read its input",
+        )
+    data = controller.store.get(
+        input_key(row.run_id, row.stage), max_bytes=controller.settings.snapshot_max_bytes * 64
+    )
+    if data is None:
+        raise NotFoundError(f"sandbox {sandbox_id} has no stage input (stage {row.stage})")
+    return Response(data, media_type="application/vnd.sqlite3")

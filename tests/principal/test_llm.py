@@ -1,0 +1,194 @@
+"""The optional LLM path, against a local OpenAI-compatible test server (loopback).
+
+The fake model proposes tool calls that try to exceed the user's budget, start
+unknown templates and start a costly run without asking; every one goes through
+the planner, the budget check and the confirmation, and is refused or held. When
+the model fails or is slow, the deterministic principal answers.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from controller.cli.embedded import EmbeddedServer
+from controller.settings import Settings
+from tests.principal.test_chat_api import CATALOG
+
+# No database behaviour of its own (or its own SQLite file): once is enough in CI.
+pytestmark = pytest.mark.once
+
+
+class FakeModel:
+    """Answers each POST /v1/chat/completions with the next scripted reply."""
+
+    def __init__(self) -> None:
+        self.script: list[tuple[int, dict[str, Any], float]] = []
+        self.bodies: list[dict[str, Any]] = []
+        self.auth: list[str | None] = []
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                model.bodies.append(json.loads(self.rfile.read(length)))
+                model.auth.append(self.headers.get("Authorization"))
+                status, body, delay = model.script.pop(0) if model.script else (500, {}, 0.0)
+                time.sleep(delay)
+                data = json.dumps(body).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    pass  # the client gave up (timeout)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/v1"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def tool(self, name: str, **arguments: Any) -> None:
+        call = {"id": "call_1", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)}}
+        self.script.append((200, {"choices": [{"message": {
+            "role": "assistant", "content": None, "tool_calls": [call]}}]}, 0.0))
+
+    def says(self, content: str) -> None:
+        self.script.append((200, {"choices": [{"message": {"role": "assistant",
+                                                           "content": content}}]}, 0.0))
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[FakeModel]:
+    fake = FakeModel()
+    yield fake
+    fake.http.shutdown()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, model: FakeModel) -> Iterator[EmbeddedServer]:
+    root = tmp_path_factory.mktemp("llm")
+    (root / "catalog").mkdir()
+    (root / "catalog" / "chat.yaml").write_text(CATALOG)
+    settings = Settings(
+        data_dir=root / "data", database_url=f"sqlite:///{root / 'simple.db'}",
+        reconcile_interval_s=0.2, catalog_dirs=[root / "catalog"], max_attempts=1,
+        llm_base_url=model.url, llm_model="fake-model", llm_api_key="sk-test",
+        llm_timeout_s=1.0,
+    )
+    with EmbeddedServer(settings) as server:
+        yield server
+
+
+@pytest.fixture
+def client(served: EmbeddedServer, model: FakeModel) -> Iterator[httpx.Client]:
+    model.script.clear()
+    with httpx.Client(base_url=served.url, timeout=30) as client:
+        yield client
+
+
+def say(client: httpx.Client, message: str, conversation: str | None = None) -> dict[str, Any]:
+    response = client.post("/v1/chat", json={"message": message,
+                                             "conversation_id": conversation})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def runs(client: httpx.Client) -> list[dict[str, Any]]:
+    return list(client.get("/v1/runs").json()["runs"])
+
+
+def test_a_proposal_above_the_users_budget_is_refused(client: httpx.Client,
+                                                      model: FakeModel) -> None:
+    model.tool("start", templates=["pricey"], budget_usd=500)
+    reply = say(client, "run cheap_one under $5")
+    assert reply["kind"] == "refused" and reply["source"] == "llm"
+    assert "above the $5.00 you set" in reply["text"]
+    model.tool("start", templates=["pricey"])  # no budget at all: also above the user's
+    assert say(client, "keep it under $5", reply["conversation_id"])["kind"] == "refused"
+    assert runs(client) == []
+    sent = model.bodies[0]
+    assert sent["model"] == "fake-model"
+    assert {t["function"]["name"] for t in sent["tools"]} == {"plan", "start", "status", "cancel"}
+    assert sent["messages"][-1] == {"role": "user", "content": "run cheap_one under $5"}
+    assert model.auth[0] == "Bearer sk-test"
+
+
+def test_a_proposal_of_unknown_templates_is_refused(client: httpx.Client,
+                                                    model: FakeModel) -> None:
+    model.tool("start", templates=["no_such_template"])
+    reply = say(client, "run the new one")
+    assert reply["kind"] == "refused"
+    assert "unknown template 'no_such_template'" in reply["text"]
+    model.tool("start", suites=["no-such-suite"], budget_usd=1)
+    assert say(client, "run that suite")["kind"] == "refused"
+    model.tool("start", templates=["cheap_one"], max_parallel=0)
+    assert say(client, "run it")["kind"] == "refused"
+    assert runs(client) == []
+
+
+def test_a_costly_proposal_waits_for_the_users_yes(client: httpx.Client,
+                                                   model: FakeModel) -> None:
+    model.tool("start", templates=["pricey"])
+    reply = say(client, "run the expensive one")
+    assert reply["kind"] == "confirm" and reply["needs_confirmation"]
+    assert reply["plan"]["selected"] == ["pricey"]
+    assert runs(client) == []
+    calls = len(model.bodies)
+    assert say(client, "no", reply["conversation_id"])["kind"] == "declined"
+    assert len(model.bodies) == calls  # the user's "no" is not the model's to read
+    model.tool("cancel", run_id="run-00000000")
+    cancel = say(client, "cancel that run")
+    assert cancel["kind"] == "refused" and "unknown run run-00000000" in cancel["text"]
+    assert runs(client) == []
+
+
+def test_within_budget_and_below_the_threshold_the_proposal_runs(client: httpx.Client,
+                                                                 model: FakeModel) -> None:
+    model.tool("start", templates=["cheap_one"], budget_usd=2)
+    reply = say(client, "run cheap_one for at most $3")
+    assert reply["kind"] == "started" and reply["source"] == "llm"
+    assert reply["plan"]["selected"] == ["cheap_one"] and reply["plan"]["budget_usd"] == 2
+
+
+def test_the_model_may_phrase_an_answer(client: httpx.Client, model: FakeModel) -> None:
+    model.says("Quick runs 7 cheap templates.")
+    reply = say(client, "what is quick?")
+    assert reply == {**reply, "kind": "answer", "source": "llm",
+                     "text": "Quick runs 7 cheap templates."}
+
+
+def test_a_failing_or_slow_model_falls_back_to_the_principal(client: httpx.Client,
+                                                             model: FakeModel) -> None:
+    model.script.append((500, {"error": "boom"}, 0.0))
+    reply = say(client, "be thorough")
+    assert reply["kind"] == "choices" and reply["source"] == "principal"
+    model.script.append((200, {"choices": [{"message": {"content": "late"}}]}, 3.0))
+    started = time.monotonic()
+    reply = say(client, "hmm")
+    assert reply["kind"] == "choices" and reply["source"] == "principal"
+    assert time.monotonic() - started < 2.9  # the 1 s timeout, not the model's 3 s
+    model.script.append((200, {"choices": []}, 0.0))
+    assert say(client, "hmm")["source"] == "principal"
+
+
+def test_confirmations_never_go_to_the_model(client: httpx.Client, model: FakeModel) -> None:
+    model.tool("plan", templates=["cheap_one"])
+    reply = say(client, "plan cheap_one")
+    assert reply["kind"] == "plan"
+    calls = len(model.bodies)
+    started = say(client, "yes", reply["conversation_id"])
+    assert started["kind"] == "started"
+    assert len(model.bodies) == calls
