@@ -112,8 +112,11 @@ def _finish_attempt(
             values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
     if not _record_or_refuse(engine, row, Ended(outcome, values, digest, not retry), rows, now):
         return False
+    recorded = datetime.now(UTC)  # after the commit: what "exit -> recorded" means
     _count_end(backend, outcome, retry)
-    if not retry:
+    if retry:
+        _stamp(engine, row, None, recorded)
+    else:
         logger.info(
             "sandbox %s ended %s after %d attempt(s)%s",
             row.id,
@@ -121,7 +124,7 @@ def _finish_attempt(
             row.attempt,
             f": {values['error']}" if values["error"] else "",
         )
-        (cleanup or _now)(lambda: archive_and_remove(engine, backend, store, row))
+        (cleanup or _now)(lambda: archive_and_remove(engine, backend, store, row, recorded))
     return True
 
 
@@ -175,17 +178,34 @@ def _record_or_refuse(engine: Engine, row: Any, ended: Ended, rows: Any, now: da
         return _record(engine, row, ended, None, now)
 
 
-def archive_and_remove(engine: Engine, backend: Backend, store: ObjectStore, row: Any) -> None:
-    """After the end is recorded: archive the output, point the row at it, remove the sandbox."""
-    key = archive_logs(backend, store, row)
-    if key:
-        with engine.begin() as conn:
+def archive_and_remove(
+    engine: Engine,
+    backend: Backend,
+    store: ObjectStore,
+    row: Any,
+    recorded_at: datetime | None = None,
+) -> None:
+    """After the end is recorded: archive the output, point the row at it, remove the sandbox.
+    `recorded_at` (taken after the end's commit) is written here too: one transaction less."""
+    _stamp(engine, row, archive_logs(backend, store, row), recorded_at)
+    _remove(backend, row.id)
+
+
+def _stamp(engine: Engine, row: Any, log: str | None, recorded_at: datetime | None) -> None:
+    """Write where the attempt's log went and when its end was committed."""
+    with engine.begin() as conn:
+        if log:
             conn.execute(
                 update(sandboxes)
                 .where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt)
-                .values(log_key=key)
+                .values(log_key=log)
             )
-    _remove(backend, row.id)
+        if recorded_at:
+            conn.execute(
+                update(attempts)
+                .where(attempts.c.sandbox_id == row.id, attempts.c.attempt == row.attempt)
+                .values(recorded_at=recorded_at)
+            )
 
 
 Digest = tuple[str, int] | None  # the snapshot object's SHA-256 and size, as fetched
@@ -236,13 +256,6 @@ def _record(engine: Engine, row: Any, ended: Ended, rows: Any, now: datetime) ->
         if rows is not None:
             load_snapshot(conn, row.run_id, row.id, rows)
         _chain(conn, row, ended, cost, tokens, now)
-    # Stamped after the commit: what "exit -> recorded" means (benches, metrics).
-    with engine.begin() as conn:
-        conn.execute(
-            update(attempts)
-            .where(attempts.c.sandbox_id == row.id, attempts.c.attempt == row.attempt)
-            .values(recorded_at=datetime.now(UTC))
-        )
     return True
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Engine, func, insert, update
+from sqlalchemy import Connection, Engine, func, insert, update
 
 from controller import metrics
 from controller.backends.base import Backend, Resources, SandboxSpec
@@ -45,68 +46,28 @@ class Launcher:
 
     def claim(self, run: Any, row: Any, now: datetime) -> Claim | None:
         """Mark the next attempt running in the database (fast); None if already claimed."""
-        token = new_token()
-        token_hash = hash_token(token)
-        attempt = row.attempt + 1
-        prior_cost = row.prior_cost_usd + row.cost_usd
-        try:  # the upload URL may need the store (presigning): fail here, not half-launched
-            spec = self.build_spec(run.id, row, attempt, token, token_hash)
-        except SimpleError as e:
-            self._refuse(row, now, f"cannot prepare the sandbox: {e}")
-            return None
+        claims = self.claim_many(run, [row], now)
+        return claims[0] if claims else None
+
+    def claim_many(self, run: Any, rows: Sequence[Any], now: datetime) -> list[Claim]:
+        """Claim several sandboxes of a run in one transaction; those already claimed (or
+        refused) are left out."""
+        prepared = []
+        for row in rows:
+            token = new_token()
+            token_hash = hash_token(token)
+            try:  # the upload URL may need the store (presigning): fail here, not half-launched
+                spec = self.build_spec(run.id, row, row.attempt + 1, token, token_hash)
+            except SimpleError as e:
+                self._refuse(row, now, f"cannot prepare the sandbox: {e}")
+                continue
+            prepared.append((row, spec, token_hash))
+        claims = []
         with self.engine.begin() as conn:
-            claimed = conn.execute(
-                update(sandboxes)
-                .where(
-                    sandboxes.c.id == row.id,
-                    sandboxes.c.status == SandboxStatus.PENDING,
-                    sandboxes.c.attempt == row.attempt,
-                )
-                .values(
-                    status=SandboxStatus.RUNNING,
-                    attempt=attempt,
-                    token_hash=token_hash,
-                    launched_at=now,
-                    started_at=None,
-                    finished_at=None,
-                    stop_reason=None,
-                    exit_code=None,
-                    error=None,
-                    transient=None,
-                    step=None,
-                    steps_total=None,
-                    last_seq=0,  # a new attempt numbers its events from 1 again
-                    prior_cost_usd=prior_cost,
-                    cost_usd=0.0,
-                    tokens=0,
-                    aggregated=False,
-                    next_attempt_at=None,
-                )
-            ).rowcount
-            if not claimed:
-                return None
-            conn.execute(
-                insert(attempts).values(
-                    sandbox_id=row.id, attempt=attempt, status=SandboxStatus.RUNNING, started_at=now
-                )
-            )
-        claimed_row = SimpleNamespace(
-            **{
-                **row._asdict(),
-                "status": SandboxStatus.RUNNING,
-                "attempt": attempt,
-                "token_hash": token_hash,
-                "launched_at": now,
-                "last_seq": 0,
-                "cost_usd": 0.0,
-                "tokens": 0,
-                "prior_cost_usd": prior_cost,
-                "stop_reason": None,
-                "error": None,
-                "transient": None,
-            }
-        )
-        return Claim(claimed_row, spec)
+            for row, spec, token_hash in prepared:
+                if _claim_row(conn, row, token_hash, now):
+                    claims.append(Claim(_claimed(row, token_hash, now), spec))
+        return claims
 
     def _refuse(self, row: Any, now: datetime, error: str) -> None:
         logger.warning("sandbox %s not launched: %s", row.id, error)
@@ -230,6 +191,68 @@ class Launcher:
             f"{self.settings.resolved_controller_url}/v1/sandboxes/{sandbox_id}/input"
             f"?attempt={attempt}&signature={signature}"
         )
+
+
+def _claim_row(conn: Connection, row: Any, token_hash: str, now: datetime) -> bool:
+    """The row's next attempt marked running, if it is still pending at its attempt."""
+    claimed = conn.execute(
+        update(sandboxes)
+        .where(
+            sandboxes.c.id == row.id,
+            sandboxes.c.status == SandboxStatus.PENDING,
+            sandboxes.c.attempt == row.attempt,
+        )
+        .values(
+            status=SandboxStatus.RUNNING,
+            attempt=row.attempt + 1,
+            token_hash=token_hash,
+            launched_at=now,
+            started_at=None,
+            finished_at=None,
+            stop_reason=None,
+            exit_code=None,
+            error=None,
+            transient=None,
+            step=None,
+            steps_total=None,
+            last_seq=0,  # a new attempt numbers its events from 1 again
+            prior_cost_usd=row.prior_cost_usd + row.cost_usd,
+            cost_usd=0.0,
+            tokens=0,
+            aggregated=False,
+            next_attempt_at=None,
+        )
+    ).rowcount
+    if claimed:
+        conn.execute(
+            insert(attempts).values(
+                sandbox_id=row.id,
+                attempt=row.attempt + 1,
+                status=SandboxStatus.RUNNING,
+                started_at=now,
+            )
+        )
+    return bool(claimed)
+
+
+def _claimed(row: Any, token_hash: str, now: datetime) -> Any:
+    """The row as it reads once claimed."""
+    return SimpleNamespace(
+        **{
+            **row._asdict(),
+            "status": SandboxStatus.RUNNING,
+            "attempt": row.attempt + 1,
+            "token_hash": token_hash,
+            "launched_at": now,
+            "last_seq": 0,
+            "cost_usd": 0.0,
+            "tokens": 0,
+            "prior_cost_usd": row.prior_cost_usd + row.cost_usd,
+            "stop_reason": None,
+            "error": None,
+            "transient": None,
+        }
+    )
 
 
 def build_sandbox_spec(

@@ -14,13 +14,13 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, func, select, update
 
 from controller import metrics
 from controller.alerts import raise_cost_alerts
@@ -31,6 +31,7 @@ from controller.exit_path import ExitPath
 from controller.finisher import Outcome, archive_logs
 from controller.launcher import Launcher
 from controller.logs import log_context
+from controller.outcomes import classify, exit_outcome, run_outcome
 from controller.settings import Settings
 from controller.stages import stages_from_plan
 from controller.staging import launchable_stage, staged_outcome
@@ -42,6 +43,9 @@ logger = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 BACKGROUND_WORKERS = 16
 RESTOP_AFTER_S = 10.0  # a stop that did not take (e.g. sent before the start) is sent again
+PENDING_PAGE = 64  # pending sandboxes read at a time when looking for ones to launch
+ALERT_LOOKBACK_S = 60.0  # ended sandboxes' costs checked against estimates for this long
+PASS_HISTORY = 10_000  # durations of the latest passes kept (benches, metrics)
 
 
 def utcnow() -> datetime:
@@ -69,12 +73,21 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         self._background = ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="backend")
         self._stop_sent: dict[tuple[str, int], float] = {}
-        self.exits = ExitPath(engine, backend, store, settings, clock, self.rng, self.kick)
+        self._full_due = threading.Event()
+        self._last_full = 0.0
+        self.exits = ExitPath(engine, backend, store, settings, clock, self.rng, self._nudge)
         backend.listen_for_exits(self._pushed_exit)
         self.passes = 0
+        self.pass_seconds: deque[float] = deque(maxlen=PASS_HISTORY)
 
     def kick(self) -> None:
-        """Ask for a pass now (a run was created, a sandbox exited, a cancel came in)."""
+        """Ask for a full pass now (a run was created, a cancel came in, the backend asks)."""
+        self._full_due.set()
+        self._wake.set()
+
+    def _nudge(self) -> None:
+        """Ask for a pass that launches into freed slots, without asking the backend what
+        it runs: the exit path just recorded an end (full passes still come each interval)."""
         self._wake.set()
 
     def start(self) -> None:
@@ -95,17 +108,30 @@ class Reconciler:
             self._wake.clear()
             if self._stopping.is_set():
                 return
+            interval = self.settings.reconcile_interval_s
+            full = self._full_due.is_set() or time.monotonic() - self._last_full >= interval
+            if full:
+                self._full_due.clear()
+                self._last_full = time.monotonic()
             try:
-                self.reconcile_once()
+                self.reconcile_once(full=full)
             except Exception:  # the loop must survive a bad pass; the next one retries
                 logger.exception("reconcile pass failed; retrying")
                 time.sleep(min(self.settings.reconcile_interval_s, 1.0))
 
-    def reconcile_once(self) -> None:
-        """One level-triggered pass over every active run."""
+    def reconcile_once(self, full: bool = True) -> None:
+        """One level-triggered pass over every active run.
+
+        It reads only what it acts on: the running sandboxes, per run a tally by
+        status and the next pending ones, so a pass stays fast with thousands of sandboxes.
+        A pass that is not `full` skips the backend (following, garbage): it only launches.
+        """
+        began = time.perf_counter()
         self.passes += 1
         try:
-            observed = {(o.sandbox_id, o.attempt): o for o in self.backend.observe()}
+            observed = (
+                {(o.sandbox_id, o.attempt): o for o in self.backend.observe()} if full else {}
+            )
         except SimpleError:
             metrics.backend_error(self.backend, "observe")
             raise
@@ -113,22 +139,27 @@ class Reconciler:
             active = conn.execute(select(runs).where(runs.c.status.in_(list(ACTIVE_RUN)))).all()
             rows = (
                 conn.execute(
-                    select(sandboxes)
-                    .where(sandboxes.c.run_id.in_([r.id for r in active]))
-                    .order_by(sandboxes.c.position)
+                    select(sandboxes).where(
+                        sandboxes.c.status == SandboxStatus.RUNNING,
+                        sandboxes.c.run_id.in_([r.id for r in active]),
+                    )
                 ).all()
                 if active
                 else []
             )
-        wanted = {(r.id, r.attempt) for r in rows if r.status == SandboxStatus.RUNNING}
+        wanted = {(r.id, r.attempt) for r in rows}
         cancelled = {r.id for r in active if r.cancel_requested}
+        running: dict[str, list[Any]] = {}
         for row in rows:
-            if row.status == SandboxStatus.RUNNING:
+            running.setdefault(row.run_id, []).append(row)
+            if full:
                 with log_context(run_id=row.run_id, sandbox_id=row.id, attempt=row.attempt):
                     self._follow(row, observed.get((row.id, row.attempt)), row.run_id in cancelled)
-        self._collect_garbage(observed, wanted)
+        if full:
+            self._collect_garbage(observed, wanted)
         for run in active:
-            self._drive_run(run)
+            self._drive_run(run, running.get(run.id, []))
+        self.pass_seconds.append(time.perf_counter() - began)
 
     def _follow(self, row: Any, seen: Observed | None, cancel: bool) -> None:
         if self.exits.finishing(row.id, row.attempt):
@@ -234,56 +265,87 @@ class Reconciler:
             known = conn.execute(select(runs.c.id).where(runs.c.id == seen.run_id)).first()
         return known is not None
 
-    def _drive_run(self, run: Any) -> None:
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(sandboxes).where(sandboxes.c.run_id == run.id).order_by(sandboxes.c.position)
-            ).all()
+    def _drive_run(self, run: Any, running: Sequence[Any]) -> None:
         if run.status == RunStatus.PENDING:
             self._set_run(run.id, status=RunStatus.RUNNING, started_at=self.clock())
         held = raise_cost_alerts(
-            self.engine, run, rows, self.settings.cost_alert_ratio, self.clock()
+            self.engine,
+            run,
+            self._alert_candidates(run.id, running),
+            self.settings.cost_alert_ratio,
+            self.clock(),
         )
         if run.cancel_requested:
-            self._skip_pending(rows, "cancelled before it started")
-        elif self._over_budget(run, rows):
-            return
+            self._skip_pending(run.id, "cancelled before it started")
         else:
-            stage = launchable_stage(self.engine, self.store, run, rows, self.clock())
+            spent = self._spent(run.id)
+            if self._over_budget(run, running, spent):
+                return
+            staged = self._members(run.id) if stages_from_plan(run.plan) else []
+            stage = launchable_stage(self.engine, self.store, run, staged, self.clock())
             if not held:
-                self._launch_ready(run, rows, stage)
+                self._launch_ready(run, running, spent, stage)
         self._maybe_finish_run(run)
 
-    def _over_budget(self, run: Any, rows: Sequence[Any]) -> bool:
+    def _alert_candidates(self, run_id: str, running: Sequence[Any]) -> list[Any]:
+        """Rows whose cost may have just passed their estimate: running ones and those that
+        ended lately (a cost no longer changes once the end is recorded)."""
+        since = self.clock() - timedelta(seconds=ALERT_LOOKBACK_S)
+        with self.engine.connect() as conn:
+            ended = conn.execute(
+                select(sandboxes).where(
+                    sandboxes.c.run_id == run_id,
+                    sandboxes.c.status != SandboxStatus.RUNNING,
+                    sandboxes.c.finished_at >= since,
+                    sandboxes.c.cost_alerted.is_(False),
+                )
+            ).all()
+        return [*running, *ended]
+
+    def _members(self, run_id: str) -> list[Any]:
+        """Every sandbox of a staged run: id, status and stage only."""
+        with self.engine.connect() as conn:
+            return list(
+                conn.execute(
+                    select(sandboxes.c.id, sandboxes.c.status, sandboxes.c.stage).where(
+                        sandboxes.c.run_id == run_id
+                    )
+                ).all()
+            )
+
+    def _spent(self, run_id: str) -> float:
+        """What the run's sandboxes reported spending so far, every attempt."""
+        with self.engine.connect() as conn:
+            total = conn.execute(
+                select(func.sum(sandboxes.c.cost_usd + sandboxes.c.prior_cost_usd)).where(
+                    sandboxes.c.run_id == run_id
+                )
+            ).scalar()
+        return float(total or 0.0)
+
+    def _over_budget(self, run: Any, running: Sequence[Any], spent: float) -> bool:
         """Past the budget: stop what runs, skip what waits. The run ends budget_exceeded."""
-        if run.budget_usd is None:
+        if run.budget_usd is None or spent < run.budget_usd:
             return False
-        spent = sum(r.cost_usd + r.prior_cost_usd for r in rows)
-        if spent < run.budget_usd:
-            return False
-        for row in rows:
-            if row.status == SandboxStatus.RUNNING and row.stop_reason is None:
+        for row in running:
+            if row.stop_reason is None:
                 self._stop(row, StopReason.BUDGET)
-        self._skip_pending(rows, f"budget: ${spent:.2f} spent of ${run.budget_usd:.2f}")
+        self._skip_pending(run.id, f"budget: ${spent:.2f} spent of ${run.budget_usd:.2f}")
         self._set_run(run.id, error=f"budget exceeded: ${spent:.2f} of ${run.budget_usd:.2f}")
         self._maybe_finish_run(run)
         return True
 
-    def _launch_ready(self, run: Any, rows: Sequence[Any], stage: int | None = None) -> None:
+    def _launch_ready(
+        self, run: Any, running: Sequence[Any], spent: float, stage: int | None = None
+    ) -> None:
         now = self.clock()
-        running = [r for r in rows if r.status == SandboxStatus.RUNNING]
         slots = run.max_parallel - len(running)
         expensive_limit = run.plan.get("max_parallel_expensive")
         expensive_running = sum(1 for r in running if r.expensive)
-        spent = sum(r.cost_usd + r.prior_cost_usd for r in rows)
         picked: list[Any] = []
-        for row in rows:
+        for row in self._pending(run.id, slots, stage):
             if len(picked) >= slots:
                 break
-            if row.status != SandboxStatus.PENDING:
-                continue
-            if stage is not None and row.stage != stage:
-                continue
             if row.next_attempt_at and row.next_attempt_at > now:
                 continue
             if row.expensive and expensive_limit and expensive_running >= expensive_limit:
@@ -294,10 +356,28 @@ class Reconciler:
             expensive_running += int(row.expensive)
         # Claimed here, so the next pass counts them; started in the background, because a
         # container start waits ~100 ms on the engine and exits must not wait behind it.
-        for row in picked:
-            claim = self.launcher.claim(run, row, now)
-            if claim is not None:
-                self._background.submit(self.launcher.start, claim, now, self.rng)
+        for claim in self.launcher.claim_many(run, picked, now) if picked else []:
+            self._background.submit(self.launcher.start, claim, now, self.rng)
+
+    def _pending(self, run_id: str, slots: int, stage: int | None) -> Iterator[Any]:
+        """The run's pending sandboxes (of `stage`, if staged) in launch order, a page at a
+        time."""
+        page = max(2 * slots, PENDING_PAGE)
+        after = -1
+        while slots > 0:
+            query = select(sandboxes).where(
+                sandboxes.c.run_id == run_id,
+                sandboxes.c.status == SandboxStatus.PENDING,
+                sandboxes.c.position > after,
+            )
+            if stage is not None:
+                query = query.where(sandboxes.c.stage == stage)
+            with self.engine.connect() as conn:
+                rows = conn.execute(query.order_by(sandboxes.c.position).limit(page)).all()
+            yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1].position
 
     def _would_pass_budget(self, run: Any, row: Any, spent: float) -> bool:
         low = float(row.spec.get("estimate_min_usd", 0.0))
@@ -311,10 +391,16 @@ class Reconciler:
         self._set_run(run.id, error="budget exceeded")
         return True
 
-    def _skip_pending(self, rows: Sequence[Any], reason: str) -> None:
-        for row in rows:
-            if row.status == SandboxStatus.PENDING:
-                self._skip(row.id, reason)
+    def _skip_pending(self, run_id: str, reason: str) -> None:
+        with self.engine.begin() as conn:
+            skipped = conn.execute(
+                update(sandboxes)
+                .where(sandboxes.c.run_id == run_id, sandboxes.c.status == SandboxStatus.PENDING)
+                .values(status=SandboxStatus.SKIPPED, error=reason, finished_at=self.clock())
+            ).rowcount
+        if skipped:
+            metrics.SANDBOX_ENDS.labels(SandboxStatus.SKIPPED.value, self.backend.name).inc(skipped)
+            logger.info("skipped %d sandbox(es) of run %s: %s", skipped, run_id, reason)
 
     def _skip(self, sandbox_id: str, reason: str) -> None:
         with self.engine.begin() as conn:
@@ -330,10 +416,13 @@ class Reconciler:
     def _maybe_finish_run(self, run: Any) -> None:
         with self.engine.connect() as conn:
             fresh = conn.execute(select(runs).where(runs.c.id == run.id)).one()
-            members = conn.execute(
-                select(sandboxes.c.status, sandboxes.c.stage).where(sandboxes.c.run_id == run.id)
-            ).all()
-        statuses = [r.status for r in members]
+            statuses = list(
+                conn.execute(
+                    select(sandboxes.c.status)
+                    .where(sandboxes.c.run_id == run.id)
+                    .group_by(sandboxes.c.status)
+                ).scalars()
+            )
         if fresh.status not in ACTIVE_RUN:
             return
         if any(s in (SandboxStatus.PENDING, SandboxStatus.RUNNING) for s in statuses):
@@ -341,6 +430,7 @@ class Reconciler:
         if self.exits.cleaning(run.id):  # it ends once every sandbox is archived and removed
             return
         stages = stages_from_plan(fresh.plan)
+        members = self._members(run.id) if stages else []
         status = run_outcome(
             fresh.cancel_requested,
             fresh.error,
@@ -353,50 +443,3 @@ class Reconciler:
     def _set_run(self, run_id: str, **values: Any) -> None:
         with self.engine.begin() as conn:
             conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
-
-
-def exit_outcome(row: Any, seen: Observed) -> Outcome:
-    """How an exited sandbox ended, with when the backend saw it end."""
-    outcome = classify(row, seen)
-    if seen.exited_at is not None:
-        outcome = replace(outcome, exited_at=datetime.fromtimestamp(seen.exited_at, UTC))
-    return outcome
-
-
-def classify(row: Any, seen: Observed) -> Outcome:
-    """How an exited sandbox ended, from the engine's state and why we stopped it."""
-    if seen.oom_killed:
-        return Outcome(
-            SandboxStatus.OOM,
-            seen.exit_code,
-            f"killed: out of memory (limit {row.spec['resources'].get('memory')})",
-        )
-    if row.stop_reason == StopReason.TIMEOUT or seen.deadline_exceeded:
-        return Outcome(
-            SandboxStatus.TIMEOUT, seen.exit_code, f"timed out after {row.spec['timeout_s']} s"
-        )
-    if row.stop_reason == StopReason.CANCELLED:
-        return Outcome(SandboxStatus.CANCELLED, seen.exit_code, "cancelled")
-    if row.stop_reason == StopReason.BUDGET:
-        return Outcome(SandboxStatus.CANCELLED, seen.exit_code, "stopped: run budget exceeded")
-    if seen.exit_code == 0:
-        return Outcome(SandboxStatus.SUCCEEDED, 0, None)
-    if seen.reason:
-        return Outcome(SandboxStatus.FAILED, seen.exit_code, seen.reason)
-    error = row.error or f"exited with code {seen.exit_code}"
-    return Outcome(SandboxStatus.FAILED, seen.exit_code, error, transient=bool(row.transient))
-
-
-def run_outcome(
-    cancelled: bool, error: str | None, statuses: list[str], staged_ok: bool | None = None
-) -> RunStatus:
-    """A finished run's status from its sandboxes' (a staged run's: from its policies)."""
-    if cancelled:
-        return RunStatus.CANCELLED
-    if error and error.startswith("budget"):
-        return RunStatus.BUDGET_EXCEEDED
-    if staged_ok is not None:
-        return RunStatus.SUCCEEDED if staged_ok else RunStatus.FAILED
-    if statuses and all(s == SandboxStatus.SUCCEEDED for s in statuses):
-        return RunStatus.SUCCEEDED
-    return RunStatus.FAILED

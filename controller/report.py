@@ -53,14 +53,22 @@ ORDER BY SUM(r.cost_usd) DESC, m.mechanism COLLATE "C"
 }
 
 
-def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
-    """Query everything the report needs and build it."""
+REPORT_PAGE_MAX = 10_000  # report rows per page when a client asks for pages
+
+
+def fetch_report(
+    engine: Engine, run_id: str, limit: int | None = None, offset: int = 0
+) -> dict[str, Any]:
+    """Query everything the report needs and build it; `limit`/`offset` page its rows
+    (totals always cover the whole run)."""
     with engine.connect() as conn:
         run = conn.execute(select(runs).where(runs.c.id == run_id)).first()
         if run is None:
             raise NotFoundError(f"unknown run {run_id}", hint="list runs with `simplectl status`")
         rows = conn.execute(
-            select(sandboxes).where(sandboxes.c.run_id == run_id).order_by(sandboxes.c.position)
+            select(*[c for c in sandboxes.c if c.name not in ("spec", "token_hash")])
+            .where(sandboxes.c.run_id == run_id)
+            .order_by(sandboxes.c.position)
         ).all()
         params = {"run_id": run_id}
         dialect = "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
@@ -71,7 +79,7 @@ def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
         head = ledger_head(conn, run_id)
         items = item_counts(conn, run_id)
         steps = steps_recorded(conn, run_id)
-    return build_report(
+    report = build_report(
         run._asdict(),
         [r._asdict() for r in rows],
         totals,
@@ -82,6 +90,10 @@ def fetch_report(engine: Engine, run_id: str) -> dict[str, Any]:
         steps,
         head,
     )
+    if limit is not None or offset:
+        end = None if limit is None else offset + limit
+        report["sandboxes"] = report["sandboxes"][offset:end]
+    return report
 
 
 def _rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -118,6 +130,7 @@ def build_report(
         "plan": run["plan"],
         "ledger_head": head,
         "alerts": run.get("alerts") or [],
+        "sandboxes_total": len(sandbox_rows),
         "sandboxes": [
             {
                 **_sandbox_row(s, by_sandbox.get(s["id"])),
@@ -194,6 +207,7 @@ def attempt_rows(conn: Connection, sandbox_id: str) -> list[dict[str, Any]]:
             "started_at": _iso(r.started_at),
             "exited_at": _iso(r.exited_at),
             "finished_at": _iso(r.finished_at),
+            "recorded_at": _iso(r.recorded_at),
         }
         for r in rows
     ]

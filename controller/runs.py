@@ -10,7 +10,7 @@ import zlib
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from controller.batches import WorkItem, items_jsonl
@@ -27,6 +27,7 @@ from controller.planner import (
     with_items,
 )
 from controller.report import attempt_rows
+from controller.stages import stage_summary
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus
 from controller.store.base import ObjectStore, items_key
 from sandbox_image.contract import SANDBOX_ID_MAX_LENGTH
@@ -211,16 +212,56 @@ def _sandbox_rows(
     return rows
 
 
-def get_run(engine: Engine, run_id: str) -> dict[str, Any]:
-    """One run with its sandboxes and their progress."""
+SANDBOX_PAGE_MAX = 1000  # sandboxes per GET /v1/runs/{id}; runs up to this size fit one page
+
+
+def get_run(
+    engine: Engine, run_id: str, limit: int = SANDBOX_PAGE_MAX, offset: int = 0
+) -> dict[str, Any]:
+    """One run with a page of its sandboxes (launch order) and counts over all of them."""
     with engine.connect() as conn:
         run = conn.execute(select(runs).where(runs.c.id == run_id)).first()
         if run is None:
             raise NotFoundError(f"unknown run {run_id}", hint="list runs with `simplectl status`")
         rows = conn.execute(
-            select(sandboxes).where(sandboxes.c.run_id == run_id).order_by(sandboxes.c.position)
+            select(*[c for c in sandboxes.c if c.name not in _UNPUBLISHED])
+            .where(sandboxes.c.run_id == run_id)
+            .order_by(sandboxes.c.position)
+            .limit(min(limit, SANDBOX_PAGE_MAX))
+            .offset(offset)
         ).all()
-    return {**public_run(run._asdict()), "sandboxes": [public_sandbox(r._asdict()) for r in rows]}
+        counts = {
+            status: int(n)
+            for status, n in conn.execute(
+                select(sandboxes.c.status, func.count())
+                .where(sandboxes.c.run_id == run_id)
+                .group_by(sandboxes.c.status)
+            )
+        }
+        grouped = _stages(conn, run)
+    return {
+        **public_run(run._asdict()),
+        "sandboxes": [public_sandbox(r._asdict()) for r in rows],
+        "sandboxes_total": sum(counts.values()),
+        "sandbox_counts": counts,
+        "stages": grouped,
+    }
+
+
+def _stages(conn: Any, run: Any) -> list[dict[str, Any]]:
+    """A staged run's sandboxes by stage (all of them, whatever the page); [] if flat."""
+    if not (run.plan or {}).get("stages"):
+        return []
+    members = conn.execute(
+        select(sandboxes.c.id.label("sandbox_id"), sandboxes.c.status, sandboxes.c.stage)
+        .where(sandboxes.c.run_id == run.id)
+        .order_by(sandboxes.c.position)
+    ).all()
+    return stage_summary(run.plan, [m._asdict() for m in members])
+
+
+# Large columns the public view never shows: not read for a run page.
+_UNPUBLISHED = frozenset({"spec", "token_hash"})
 
 
 def get_run_row(engine: Engine, run_id: str) -> Any:

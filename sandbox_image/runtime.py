@@ -213,6 +213,7 @@ class Runtime:
                 raise InputError("this template gathers a previous stage's results, but "
                                  "SIMPLE_INPUT_URL is not set: run it as a later stage")
             if self.env.items_url:
+                self.store.use_fast_commits()
                 items = parse_items(fetch_bytes(client, self.env.items_url, "items",
                                                 MAX_ITEMS_BYTES, deadline))
                 done = self.restored.item_ids if self.restored else set()

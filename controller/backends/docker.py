@@ -388,13 +388,26 @@ class DockerBackend(Backend):
             self._closed.wait(EVENTS_RETRY_S)
 
     def _report_exit(self, event: dict[str, Any]) -> None:
-        """One `die` event: inspect the container once and hand its exit on."""
+        """One `die` event: hand its exit on. A clean exit (code 0) is read from the event
+        itself; any other is inspected once, for the OOM flag and the engine's error."""
         actor = event.get("Actor") or {}
         attributes = actor.get("Attributes") or {}
         try:
             sandbox_id, run_id = attributes[LABEL_SANDBOX_ID], attributes[LABEL_RUN_ID]
             attempt = int(attributes.get(LABEL_ATTEMPT, 1))
-            observed = self._inspect_exit(actor["ID"], sandbox_id, run_id, attempt)
+            if attributes.get("exitCode") == "0" and event.get("timeNano"):
+                observed = Observed(
+                    sandbox_id,
+                    run_id,
+                    attempt,
+                    ObservedState.EXITED,
+                    exit_code=0,
+                    exited_at=int(event["timeNano"]) / 1e9,
+                    controller_id=attributes.get(LABEL_CONTROLLER),
+                )
+                self._exited[actor["ID"]] = observed
+            else:
+                observed = self._inspect_exit(actor["ID"], sandbox_id, run_id, attempt)
         except (KeyError, ValueError, DockerException, requests.RequestException) as e:
             logger.info("could not read a container's exit (%s); the next pass will", e)
             self._notify()

@@ -119,8 +119,8 @@ class ProcessBackend(Backend):
 
     def observe(self) -> list[Observed]:
         seen = []
-        for meta_path in self.root.glob("*/attempt-*/meta.json"):
-            observed = self._observe_dir(meta_path.parent)
+        for directory in _attempt_dirs(self.root):
+            observed = self._observe_dir(directory)
             if observed is not None:
                 seen.append(observed)
         return seen
@@ -177,6 +177,22 @@ class ProcessBackend(Backend):
 
     def _dir(self, sandbox_id: str, attempt: int) -> Path:
         return self.root / sandbox_id / f"attempt-{attempt}"
+
+
+def _attempt_dirs(root: Path) -> list[Path]:
+    """Every `<sandbox>/attempt-<n>/` under root; one removed meanwhile is skipped."""
+    found = []
+    for sandbox in _entries(root):
+        found += [a for a in _entries(sandbox) if a.name.startswith("attempt-")]
+    return found
+
+
+def _entries(directory: Path) -> list[Path]:
+    try:
+        with os.scandir(directory) as entries:
+            return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):  # removed by a clean-up meanwhile
+        return []
 
 
 def _resolve_command(command: tuple[str, ...]) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp
 
 from controller.api.app import create_app
 from controller.api.listeners import SandboxOnlyAddresses
+from controller.backends.base import Backend
 from controller.db.engine import upgrade
 from controller.errors import UnavailableError
 from controller.service import Controller
@@ -116,6 +117,7 @@ class EmbeddedServer:
         port: int = 0,
         start_controller: bool = True,
         session_token: bool = False,
+        backend: Backend | None = None,
     ) -> None:
         self.token: str | None = secrets.token_urlsafe(32) if session_token else None
         self.sock = bound_socket("127.0.0.1", port)
@@ -136,7 +138,7 @@ class EmbeddedServer:
                 **listener_settings(settings, self.listener),
             }
         )
-        self.controller = Controller(self.settings)
+        self.controller = Controller(self.settings, backend=backend)
         if not start_controller:
             upgrade(self.controller.engine)
         self.server = uvicorn.Server(self._config())

@@ -20,10 +20,19 @@ from controller.api.models import (
 )
 from controller.errors import InputError
 from controller.item_results import MAX_PAGE, all_items, list_items
-from controller.report import fetch_report
+from controller.report import REPORT_PAGE_MAX, fetch_report
 from controller.report_formats import report_junit, report_markdown
-from controller.runs import cancel_run, create_run, get_run, get_run_row, list_runs
+from controller.runs import (
+    SANDBOX_PAGE_MAX,
+    cancel_run,
+    create_run,
+    get_run,
+    get_run_row,
+    list_runs,
+)
 from controller.states import RunStatus
+
+_PAGE_HELP = "sandboxes per page, in launch order; runs that fit one page are returned whole"
 
 router = APIRouter(
     prefix="/v1/runs",
@@ -90,9 +99,16 @@ def runs_list(
 
 
 @router.get("/{run_id}", response_model=RunPublic, responses=error_responses(404))
-def run_get(run_id: RunId, controller: ControllerDep) -> dict[str, Any]:
-    """One run with its sandboxes and their progress."""
-    return get_run(controller.engine, run_id)
+def run_get(
+    run_id: RunId,
+    controller: ControllerDep,
+    limit: Annotated[int, Query(ge=1, le=SANDBOX_PAGE_MAX, description=_PAGE_HELP)] = (
+        SANDBOX_PAGE_MAX
+    ),
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    """One run with its sandboxes (a page: limit, offset) and their progress."""
+    return get_run(controller.engine, run_id, limit, offset)
 
 
 @router.post("/{run_id}/cancel", response_model=RunPublic, responses=error_responses(404))
@@ -123,9 +139,11 @@ def run_report(
     run_id: RunId,
     controller: ControllerDep,
     format: Annotated[str, Query(pattern="^(json|junit|markdown)$")] = "json",
+    limit: Annotated[int | None, Query(ge=1, le=REPORT_PAGE_MAX, description=_PAGE_HELP)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
 ) -> Any:
     """The aggregated report: JSON, or ?format=junit / ?format=markdown."""
-    report = fetch_report(controller.engine, run_id)
+    report = fetch_report(controller.engine, run_id, limit, offset)
     if format == "junit":
         items = all_items(controller.engine, run_id)
         return PlainTextResponse(report_junit(report, items), media_type="application/xml")
@@ -134,9 +152,7 @@ def run_report(
             *list_items(controller.engine, run_id, limit=50, outcome_filter="errored"),
             *list_items(controller.engine, run_id, limit=50, outcome_filter="failed"),
         ]
-        return PlainTextResponse(
-            report_markdown(report, problems), media_type="text/markdown"
-        )
+        return PlainTextResponse(report_markdown(report, problems), media_type="text/markdown")
     return report
 
 
@@ -158,11 +174,18 @@ def run_items(
     if after is not None:
         sandbox, sep, item = after.partition("/")
         if not sep:
-            raise InputError("after must be the next_after of the previous page",
-                             field="after")
+            raise InputError("after must be the next_after of the previous page", field="after")
         cursor = (sandbox, item)
-    page = list_items(controller.engine, run_id, limit=limit, after=cursor,
-                      sandbox_id=sandbox_id, outcome_filter=outcome)
+    page = list_items(
+        controller.engine,
+        run_id,
+        limit=limit,
+        after=cursor,
+        sandbox_id=sandbox_id,
+        outcome_filter=outcome,
+    )
     last = page[-1] if len(page) == limit else None
-    return {"items": page,
-            "next_after": f"{last['sandbox_id']}/{last['item_id']}" if last else None}
+    return {
+        "items": page,
+        "next_after": f"{last['sandbox_id']}/{last['item_id']}" if last else None,
+    }

@@ -1,0 +1,261 @@
+"""One controller, 1,000 sandboxes: one run of N no-op sandboxes over a database that
+already holds 100 finished runs of the same size.
+
+Two sides, one after the other, each on its own copy of the seeded SQLite database:
+- instant: a backend whose sandboxes exit 0 the moment they are launched
+  (`controller.backends.instant`): the controller alone;
+- process: the process backend running a no-op (`python -S -c pass`), beside a bare
+  loop spawning the same no-op at the same concurrency (subprocess, no controller).
+While a run goes, a client polls `GET /v1/runs/{id}` (the default page: every sandbox)
+every 50 ms, and the report is fetched at the end.
+
+Clocks and figures:
+- controller RSS: peak VmRSS of this process (controller, API server and the polling
+  client all live in it), sampled every 50 ms;
+- reconcile pass: the reconciler's own duration of each pass (time.perf_counter);
+- GET /v1/runs/{id}: client-side latency of each poll, p99;
+- CPU per sandbox: this process's CPU time over the side / N (a figure the load of a
+  shared machine does not inflate as much as wall-clock ones);
+- overhead per sandbox: (SIMPLE makespan - bare makespan) / N on the process backend,
+  makespan / N on the instant one (nothing to subtract); SIMPLE's makespan is the run's
+  created_at -> finished_at (the controller's wall clock), the bare one perf_counter.
+The last line is the verdict: `bench-scale: ... : OK|MISS`.
+
+    python bench/scale_bench.py [--sandboxes 1000] [--runs 100] [--parallel 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from sqlalchemy import insert
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from controller.backends.instant import InstantBackend
+from controller.catalog import load_catalog
+from controller.cli.embedded import EmbeddedServer
+from controller.db.engine import create_db_engine, upgrade
+from controller.db.schema import attempts, result_runs, runs, sandboxes
+from controller.planner import PlanRequest, Priority, plan
+from controller.runs import sandbox_id_for, sandbox_spec
+from controller.settings import Settings
+from tests.e2e_helpers import start_run, wait_run
+
+NOOP = ["python", "-S", "-c", "pass"]
+SUITE = "scale"
+TARGETS = {"rss_mb": 300.0, "pass_p99_ms": 50.0, "get_p99_ms": 100.0, "overhead_ms": 20.0}
+
+
+def write_catalog(directory: Path, n: int) -> None:
+    ids = [f"noop_{i:04d}" for i in range(n)]
+    templates = [
+        {
+            "id": t,
+            "category": "bench_scale",
+            "mechanisms": ["M1"],
+            "estimate": {"cost_usd": [0.0, 0.0], "runtime_s": [1, 1]},
+            "timeout_s": 300,
+            "command": NOOP,
+        }
+        for t in ids
+    ]
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "scale.yaml").write_text(
+        yaml.safe_dump({"templates": templates, "suites": {SUITE: ids}})
+    )
+
+
+def seed(path: Path, catalog_dir: Path, runs_count: int) -> None:
+    """`runs_count` finished runs of the suite, with attempts and result rows."""
+    catalog = load_catalog([catalog_dir])
+    the_plan = plan(catalog, PlanRequest(suites=(SUITE,), priority=Priority.SPEED))
+    engine = create_db_engine(f"sqlite:///{path}")
+    upgrade(engine)
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        for number in range(runs_count):
+            run_id = f"run-{number:08x}"
+            conn.execute(insert(runs).values(
+                id=run_id, status="succeeded", backend="process", request={"suites": [SUITE]},
+                plan=the_plan.to_dict(), max_parallel=the_plan.max_parallel,
+                cancel_requested=False, created_at=now, started_at=now, finished_at=now,
+            ))  # fmt: skip
+            ids = [sandbox_id_for(run_id, t, i) for i, t in enumerate(the_plan.selected)]
+            conn.execute(insert(sandboxes), [
+                {"id": sid, "run_id": run_id, "template_id": t, "position": i,
+                 "status": "succeeded", "spec": sandbox_spec(catalog.templates[t], 0, "x"),
+                 "attempt": 1, "exit_code": 0, "launched_at": now, "started_at": now,
+                 "finished_at": now, "last_seq": 3, "cost_usd": 0.5, "prior_cost_usd": 0.0,
+                 "tokens": 100, "aggregated": True, "expensive": False}
+                for i, (sid, t) in enumerate(zip(ids, the_plan.selected, strict=True))
+            ])  # fmt: skip
+            conn.execute(insert(attempts), [
+                {"sandbox_id": sid, "attempt": 1, "status": "succeeded", "exit_code": 0,
+                 "cost_usd": 0.5, "started_at": now, "exited_at": now, "finished_at": now,
+                 "recorded_at": now}
+                for sid in ids
+            ])  # fmt: skip
+            conn.execute(insert(result_runs), [
+                {"sandbox_id": sid, "snapshot_run_id": sid, "run_id": run_id, "template_id": t,
+                 "status": "completed", "cost_usd": 0.5, "tokens_used": 100, "llm_calls": 3,
+                 "entities_created": 1, "timepoints_created": 1, "mechanisms_used": '["M1"]'}
+                for sid, t in zip(ids, the_plan.selected, strict=True)
+            ])  # fmt: skip
+    engine.dispose()
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Poller(threading.Thread):
+    """GETs the run every 50 ms, timing each answer; samples this process's RSS."""
+
+    def __init__(self, url: str, run_id: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.run_id = url, run_id
+        self.latencies: list[float] = []
+        self.peak_rss = rss_mb()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(timeout=30) as client:
+            while not self.done.is_set():
+                began = time.perf_counter()
+                client.get(f"{self.url}/v1/runs/{self.run_id}").raise_for_status()
+                self.latencies.append(time.perf_counter() - began)
+                self.peak_rss = max(self.peak_rss, rss_mb())
+                self.done.wait(0.05)
+
+
+def p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[98] * 1000 if len(values) > 1 else float("nan")
+
+
+def simple_side(workdir: Path, db: Path, catalog: Path, parallel: int, instant: bool) -> dict:
+    shutil.copy(db, workdir / "simple.db")
+    settings = Settings(
+        data_dir=workdir / "data",
+        database_url=f"sqlite:///{workdir}/simple.db",
+        catalog_dirs=[catalog],
+        max_attempts=1,
+    )
+    backend = InstantBackend() if instant else None
+    cpu = time.process_time()
+    with EmbeddedServer(settings, backend=backend) as server:
+        body = {"suites": [SUITE], "priority": "speed", "max_parallel": parallel}
+        run_id = start_run(server.url, body)
+        poller = Poller(server.url, run_id)
+        poller.start()
+        run: dict[str, Any] = wait_run(server.url, run_id, timeout_s=3600)
+        poller.done.set()
+        poller.join()
+        began = time.perf_counter()
+        httpx.get(f"{server.url}/v1/runs/{run_id}/report", timeout=60).raise_for_status()
+        report_s = time.perf_counter() - began
+        passes = list(server.controller.reconciler.pass_seconds)
+    cpu = time.process_time() - cpu
+    if run["status"] != "succeeded":
+        raise RuntimeError(f"run {run_id} ended {run['status']}: {run['sandbox_counts']}")
+    ended, created = (datetime.fromisoformat(run[k]) for k in ("finished_at", "created_at"))
+    return {
+        "makespan": (ended - created).total_seconds(),
+        "rss_mb": poller.peak_rss,
+        "pass_p99_ms": p99(passes),
+        "pass_median_ms": statistics.median(passes) * 1000,
+        "passes": len(passes),
+        "get_p99_ms": p99(poller.latencies),
+        "get_median_ms": statistics.median(poller.latencies) * 1000,
+        "report_ms": report_s * 1000,
+        "cpu_s": cpu,
+    }
+
+
+def bare_side(n: int, parallel: int) -> float:
+    """The same no-op spawned n times, `parallel` at once, with no controller."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    command = [sys.executable, *NOOP[1:]]
+    began = time.perf_counter()
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(lambda _: subprocess.run(command, check=True, timeout=60), range(n)))
+    return time.perf_counter() - began
+
+
+def show(name: str, side: dict[str, Any]) -> None:
+    print(
+        f"{name:<9} makespan {side['makespan']:7.2f} s   peak RSS {side['rss_mb']:5.0f} MB   "
+        f"pass median/p99 {side['pass_median_ms']:5.1f}/{side['pass_p99_ms']:5.1f} ms "
+        f"({side['passes']} passes)   GET run median/p99 {side['get_median_ms']:5.1f}/"
+        f"{side['get_p99_ms']:5.1f} ms   report {side['report_ms']:5.0f} ms   "
+        f"CPU {side['cpu_s']:5.1f} s",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sandboxes", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=100, help="finished runs already in the DB")
+    parser.add_argument("--parallel", type=int, default=16)
+    args = parser.parse_args()
+    n = args.sandboxes
+    with tempfile.TemporaryDirectory(prefix="simple-scale-bench-") as tmp:
+        root = Path(tmp)
+        write_catalog(root / "catalog", n)
+        began = time.perf_counter()
+        seed(root / "seed.db", root / "catalog", args.runs)
+        print(
+            f"{n} no-op sandboxes in one run, max_parallel {args.parallel}, over a SQLite "
+            f"database holding {args.runs} finished runs of {n} (seeded in "
+            f"{time.perf_counter() - began:.0f} s); machine shared and loaded",
+            flush=True,
+        )
+        (root / "instant").mkdir()
+        instant = simple_side(root / "instant", root / "seed.db", root / "catalog",
+                              args.parallel, instant=True)  # fmt: skip
+        show("instant", instant)
+        (root / "process").mkdir()
+        process = simple_side(root / "process", root / "seed.db", root / "catalog",
+                              args.parallel, instant=False)  # fmt: skip
+        show("process", process)
+        bare = bare_side(n, args.parallel)
+    print(f"bare      makespan {bare:7.2f} s   (the no-op spawned {n} times, no controller)")
+    overhead = (process["makespan"] - bare) / n * 1000
+    instant_per = instant["makespan"] / n * 1000
+    print(
+        f"controller overhead per sandbox: process {overhead:.1f} ms ((SIMPLE - bare) / {n}), "
+        f"instant {instant_per:.1f} ms (makespan / {n})"
+    )
+    figures = {
+        "rss_mb": max(instant["rss_mb"], process["rss_mb"]),
+        "pass_p99_ms": max(instant["pass_p99_ms"], process["pass_p99_ms"]),
+        "get_p99_ms": max(instant["get_p99_ms"], process["get_p99_ms"]),
+        "overhead_ms": overhead,
+    }
+    ok = all(figures[k] <= TARGETS[k] for k in TARGETS)
+    print(
+        f"bench-scale: RSS {figures['rss_mb']:.0f} MB, pass p99 {figures['pass_p99_ms']:.1f} ms, "
+        f"GET run p99 {figures['get_p99_ms']:.1f} ms, overhead {overhead:.1f} ms/sandbox "
+        f"(target <= 300 MB, 50 ms, 100 ms, 20 ms): {'OK' if ok else 'MISS'}"
+    )
+
+
+if __name__ == "__main__":
+    main()
