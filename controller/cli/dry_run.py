@@ -23,10 +23,13 @@ def render_run(
     run_id = new_run_id()
     controller_url = settings.resolved_controller_url
     objects = []
+    stage_of = {t: s["index"] for s in the_plan.stages for t in s["templates"]}
     for position, template_id in enumerate(the_plan.selected):
         sandbox_id = sandbox_id_for(run_id, template_id, position)
         spec = sandbox_spec(catalog.templates[template_id], seed, settings.default_image)
         upload = f"{controller_url}/v1/sandboxes/{sandbox_id}/snapshot?attempt=1&signature=<...>"
+        # A later stage reads the stage before it (made when that stage has settled).
+        given = f"{controller_url}/v1/sandboxes/{sandbox_id}/input?attempt=1&signature=<...>"
         objects.append(
             backend.render(
                 build_sandbox_spec(
@@ -38,6 +41,7 @@ def render_run(
                     PLACEHOLDER_TOKEN,
                     upload,
                     controller_url,
+                    input_url=given if stage_of.get(template_id, 0) > 0 else None,
                 )
             )
         )
