@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install quick test lint typecheck check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-dashboard bench-batch clean
+.PHONY: help install quick test faults lint typecheck check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-dashboard bench-batch clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ quick: $(STAMP) ## Run the quick suite (7 templates) on the embedded default
 PYTEST_ARGS ?=
 test: $(STAMP) ## Run the tests (CI=true: missing Docker/PostgreSQL/S3/helm fail, never skip)
 	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+faults: $(STAMP) ## Fault suite: 7 cases on Docker, PostgreSQL and S3, then `faults: N/N held`
+	SIMPLE_FAULTS=1 $(BIN)/pytest -q tests/faults -m faults $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check controller sandbox_image tests bench

@@ -29,6 +29,8 @@ def render_run(
                                     seed):
         sandbox_id = row["id"]
         upload = f"{controller_url}/v1/sandboxes/{sandbox_id}/snapshot?attempt=1&signature=<...>"
+        # A later stage reads the stage before it (made when that stage has settled).
+        given = f"{controller_url}/v1/sandboxes/{sandbox_id}/input?attempt=1&signature=<...>"
         spec = build_sandbox_spec(
             run_id,
             sandbox_id,
@@ -38,6 +40,7 @@ def render_run(
             PLACEHOLDER_TOKEN,
             upload,
             controller_url,
+            input_url=given if row["stage"] > 0 else None,
         )
         if row["spec"].get("items"):  # the URL is made at launch (presigned or signed)
             items_url = f"<GET of {row['spec']['items']['count']} items, made at launch>"

@@ -12,6 +12,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy import select
 
 from controller import metrics
+from controller.api.body_guard import ATTEMPT_KEY
 from controller.api.deps import Authorized, ControllerDep
 from controller.api.models import (
     EventBatch,
@@ -26,9 +27,11 @@ from controller.errors import (
     ForbiddenError,
     NotFoundError,
     PayloadTooLargeError,
+    QuotaExceededError,
     SimpleError,
     UnauthorizedError,
 )
+from controller.event_quota import EventQuota
 from controller.event_writer import EventWriter
 from controller.ingest import (
     PERSISTENCE_FLAG,
@@ -112,7 +115,7 @@ def _follow(controller: Any, sandbox_id: str) -> Iterator[bytes]:
 @router.post(
     "/{sandbox_id}/events",
     response_model=EventsAccepted,
-    responses=error_responses(400, 401, 403, 409, 429, 503),
+    responses=error_responses(400, 401, 403, 409, 413, 429, 503),
 )
 async def post_events(
     sandbox_id: SandboxId,
@@ -139,11 +142,31 @@ async def post_events(
         writer = state.event_writer = EventWriter(
             controller.engine, settings.ingest_queue_max_events, settings.ingest_retry_after_s
         )
+    # BodyGuard found the attempt whose token this is (none: the writer answers 401/403).
+    attempt: int | None = getattr(request.state, ATTEMPT_KEY, None)
+    cost = None
     try:
+        if attempt is not None:
+            cost = (sandbox_id, attempt, len(batch.events), len(await request.body()))
+            await asyncio.to_thread(_event_quota(request, controller).reserve, *cost)
         return await asyncio.wrap_future(writer.submit(incoming))
     except SimpleError as e:
         metrics.EVENTS_REJECTED.labels(str(e.status_code)).inc()
+        if cost is not None and not isinstance(e, QuotaExceededError | PayloadTooLargeError):
+            _event_quota(request, controller).release(*cost)
         raise
+
+
+def _event_quota(request: Request, controller: Any) -> EventQuota:
+    quota: EventQuota | None = getattr(request.app.state, "event_quota", None)
+    if quota is None or quota.engine is not controller.engine:
+        settings = controller.settings
+        quota = request.app.state.event_quota = EventQuota(
+            controller.engine,
+            settings.events_max_per_attempt,
+            settings.events_max_bytes_per_attempt,
+        )
+    return quota
 
 
 @router.put(
@@ -169,8 +192,11 @@ async def put_snapshot(
     signature: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
 ) -> dict[str, Any]:
     """Where sandboxes upload snapshots when the store has no presigned URLs (local store)."""
-    row = load_sandbox(controller.engine, sandbox_id)
-    if not signature_matches(signature, row.token_hash, sandbox_id, attempt):
+    try:
+        row = load_sandbox(controller.engine, sandbox_id)
+    except NotFoundError:  # the same answer as a wrong signature: ids are not probed here
+        row = None
+    if row is None or not signature_matches(signature, row.token_hash, sandbox_id, attempt):
         raise UnauthorizedError(
             f"invalid upload signature for sandbox {sandbox_id}",
             hint="PUT to SIMPLE_SNAPSHOT_URL exactly as given",
