@@ -141,15 +141,17 @@ class FaultController:
             time.sleep(0.5)
         raise AssertionError(f"run {run_id} did not end: {run}\n{self.output()}")
 
-    def wait_running(self, run_id: str, count: int = SANDBOXES, timeout_s: float = 120) -> None:
+    def wait_running(self, run_id: str, count: int = SANDBOXES, timeout_s: float = 300) -> None:
+        """Until `count` sandboxes run and have reported progress (their events flow)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 sandboxes = self.run(run_id)["sandboxes"]
-                if sum(s["status"] == "running" for s in sandboxes) >= count:
+                if sum(s["status"] == "running" and (s.get("step") or 0) >= 1
+                       for s in sandboxes) >= count:
                     return
             time.sleep(0.2)
-        raise AssertionError(f"{count} sandboxes of {run_id} were not running in time")
+        raise AssertionError(f"{count} sandboxes of {run_id} were not emitting in time")
 
     def metric(self, name: str, **labels: str) -> float:
         """The sum of a metric's samples that carry `labels`, from GET /metrics."""
