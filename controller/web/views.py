@@ -75,6 +75,13 @@ def event_message(event_type: str, data: dict[str, Any]) -> str:
     return event_type
 
 
+def policy_text(policy: Any) -> str:
+    """A stage's policy as words: all, best_effort, or quorum k."""
+    if isinstance(policy, dict) and "quorum" in policy:
+        return f"quorum {policy['quorum']}"
+    return str(policy)
+
+
 def _cut(text: str) -> str:
     return text if len(text) <= MESSAGE_MAX else text[: MESSAGE_MAX - 1] + "…"
 
