@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from controller.api.body_guard import BodyTooLarge
 from controller.errors import InputError, SimpleError, UnauthorizedError
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,14 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(
             error_body("invalid_input", message, "fix the field and send again", field),
             status_code=422,
+        )
+
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(_request: Request, exc: BodyTooLarge) -> JSONResponse:
+        return JSONResponse(
+            error_body("payload_too_large", str(exc.detail), exc.hint),
+            status_code=413,
+            headers={"Connection": "close"},
         )
 
     @app.exception_handler(StarletteHTTPException)

@@ -1,6 +1,7 @@
-"""The "8-1" staged run on the real Docker engine: eight explorer containers, then a
-judge container that reads their runs through SIMPLE_INPUT_URL (the controller's
-signed route) and keeps what it read in its snapshot; the ledger verifies."""
+"""The "8-1" staged run on the real Docker engine, default networking: eight explorer
+containers, then a judge container that reads their runs through SIMPLE_INPUT_URL (the
+controller's signed route, answered on the sandbox-only gateway address) and keeps what
+it read in its snapshot; the ledger verifies."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ def test_eight_explorer_containers_then_a_judge_container(
     docker_settings: Settings, run_containers: RunContainers, tmp_path: Path
 ) -> None:
     served = docker_settings.model_copy(
-        update={"catalog_dirs": [REPO_CATALOG_DIR / "examples"]}
+        update={
+            "catalog_dirs": [REPO_CATALOG_DIR / "examples"],
+            "docker_network": None,  # the `simple` network: sandboxes reach the gateway
+            "controller_url": None,
+        }
     )
     with EmbeddedServer(served) as server:
         run_id = run_containers.track(start_run(server.url, {"names": ["swarm-8-1"]}))
