@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from pathlib import Path
 
 import httpx
 from sqlalchemy import create_engine, text
@@ -30,7 +31,10 @@ def logs_of(served: Served, sandbox_id: str) -> str:
         return http.get(f"/v1/sandboxes/{sandbox_id}/logs").text
 
 
-def test_a_sandbox_cannot_make_the_controller_signal_itself(served: Served) -> None:
+def test_a_sandbox_cannot_make_the_controller_signal_itself(
+    served: Served, tmp_path: Path
+) -> None:
+    (tmp_path / "escape_script.input").write_text(str(served.process.pid))
     with served.client() as http:
         run_id = http.post("/v1/runs", json={"templates": ["escape_group"]}).json()["run_id"]
     sandbox_id = sandbox_id_of(served, run_id)
