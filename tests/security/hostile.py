@@ -55,7 +55,7 @@ import json, os, time
 # The test names its own controller (never another process on the machine).
 target = os.getpgid(int(open(os.path.splitext(__file__)[0] + ".input").read()))
 attempt_dir = os.path.dirname(os.getcwd())
-for name in ("child.json", "supervisor.json"):
+for name in ("child.json",):
     path = os.path.join(attempt_dir, name)
     try:
         with open(path, "w") as handle:
