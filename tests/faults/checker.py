@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# Events the controller itself records among a sandbox's (e.g. cost alerts): not sent by it.
+CONTROLLER_EVENT_PREFIX = "simple:"
 TERMINAL = {"succeeded", "failed", "timeout", "oom", "cancelled", "lost", "skipped"}
 
 
