@@ -134,6 +134,7 @@ def gather(
             for r in conn.execute(
                 select(events.c.sandbox_id, events.c.event_id).where(events.c.run_id == run_id)
             )
+            if not r.event_id.startswith(CONTROLLER_EVENT_PREFIX)
         ]
     terminal: dict[str, list[str]] = {}
     for row in rows:
