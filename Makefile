@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install quick test lint typecheck check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-k8s bench-dashboard clean
+.PHONY: help install quick test faults lint typecheck check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-k8s bench-dashboard bench-batch clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ PYTEST_ARGS ?=
 test: $(STAMP) ## Run the tests (CI=true: missing Docker/PostgreSQL/S3/helm fail, never skip)
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
+faults: $(STAMP) ## Fault suite: 7 cases on Docker, PostgreSQL and S3, then `faults: N/N held`
+	SIMPLE_FAULTS=1 $(BIN)/pytest -q tests/faults -m faults $(PYTEST_ARGS)
+
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check controller sandbox_image tests bench
 
@@ -42,6 +45,9 @@ bench-docker: $(STAMP) ## SIMPLE vs bare CLI and SDK loops: 64 no-op containers,
 
 bench-k8s: $(STAMP) ## Kubernetes API requests per sandbox: watch-fed cache vs listing per pass (kmock)
 	$(BIN)/python bench/k8s_bench.py
+
+bench-batch: $(STAMP) ## 100 no-op items: one sandbox each vs batches of 10 and 100, process and Docker
+	$(BIN)/python bench/batch_bench.py
 
 bench-scale: $(STAMP) ## 1,000 sandboxes in one run over a DB of 100 such runs (instant + process backends)
 	$(BIN)/python bench/scale_bench.py

@@ -86,6 +86,13 @@ class PayloadTooLargeError(SimpleError):
     code = "payload_too_large"
 
 
+class QuotaExceededError(SimpleError):
+    """A caller used up a per-sandbox or per-server allowance (events, log followers)."""
+
+    status_code = 429
+    code = "quota_exceeded"
+
+
 class ConfigError(SimpleError):
     """A controller setting is wrong; raised at start."""
 

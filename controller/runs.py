@@ -27,6 +27,7 @@ from controller.planner import (
     with_items,
 )
 from controller.report import attempt_rows
+from controller.stages import stage_summary
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus
 from controller.store.base import ObjectStore, items_key
 from sandbox_image.contract import SANDBOX_ID_MAX_LENGTH
@@ -103,7 +104,7 @@ def create_run(
         )
     run_id = new_run_id()
     now = datetime.now(UTC)
-    rows = _sandbox_rows(run_id, the_plan, catalog, request, default_image, seed)
+    rows = sandbox_rows(run_id, the_plan, catalog, request, default_image, seed)
     _store_items(store, run_id, rows)
     try:
         with engine.begin() as conn:
@@ -169,7 +170,7 @@ def _store_items(store: ObjectStore | None, run_id: str,
         store.put(items_key(run_id, row["id"]), items_jsonl(items))
 
 
-def _sandbox_rows(
+def sandbox_rows(
     run_id: str, the_plan: Plan, catalog: Catalog, request: PlanRequest, default_image: str,
     seed: int,
 ) -> list[tuple[dict[str, Any], tuple[WorkItem, ...]]]:
@@ -237,12 +238,26 @@ def get_run(
                 .group_by(sandboxes.c.status)
             )
         }
+        grouped = _stages(conn, run)
     return {
         **public_run(run._asdict()),
         "sandboxes": [public_sandbox(r._asdict()) for r in rows],
         "sandboxes_total": sum(counts.values()),
         "sandbox_counts": counts,
+        "stages": grouped,
     }
+
+
+def _stages(conn: Any, run: Any) -> list[dict[str, Any]]:
+    """A staged run's sandboxes by stage (all of them, whatever the page); [] if flat."""
+    if not (run.plan or {}).get("stages"):
+        return []
+    members = conn.execute(
+        select(sandboxes.c.id.label("sandbox_id"), sandboxes.c.status, sandboxes.c.stage)
+        .where(sandboxes.c.run_id == run.id)
+        .order_by(sandboxes.c.position)
+    ).all()
+    return stage_summary(run.plan, [m._asdict() for m in members])
 
 
 # Large columns the public view never shows: not read for a run page.

@@ -144,3 +144,32 @@ def stages_from_plan(plan: dict[str, Any]) -> list[Stage]:
     return [
         Stage(tuple(s["templates"]), parse_policy(s["policy"])) for s in plan.get("stages") or []
     ]
+
+
+def stage_summary(
+    plan: dict[str, Any], sandboxes: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A staged run's sandboxes grouped by stage, with where each stage stands. Pure."""
+    summary = []
+    for index, stage in enumerate(stages_from_plan(plan)):
+        members = [s for s in sandboxes if s.get("stage", 0) == index]
+        statuses = [s["status"] for s in members]
+        result = settle(index, stage.policy, statuses)
+        if all(s == SandboxStatus.SKIPPED for s in statuses):
+            state = "skipped"
+        elif not result.settled:
+            started = any(s != SandboxStatus.PENDING for s in statuses)
+            state = "running" if started else "waiting"
+        else:
+            state = "met" if result.met else "not_met"
+        summary.append(
+            {
+                "index": index,
+                "policy": stage.policy.public(),
+                "status": state,
+                "succeeded": statuses.count(SandboxStatus.SUCCEEDED),
+                "sandboxes": [s["sandbox_id"] for s in members],
+                "reason": result.reason,
+            }
+        )
+    return summary

@@ -1,7 +1,7 @@
 # Container images: simple-sandbox:latest and simple-controller:latest.
 # Included from the top-level Makefile. BASE_IMAGE=... overrides the base image.
 
-.PHONY: images images-sandbox images-controller
+.PHONY: images images-sandbox images-controller images-services
 
 images: ## Build the sandbox and controller images (no registry needed)
 	bash docker/build-images.sh sandbox controller
@@ -11,3 +11,6 @@ images-sandbox: ## Build only simple-sandbox:latest
 
 images-controller: ## Build only simple-controller:latest
 	bash docker/build-images.sh controller
+
+images-services: ## Build simple-postgres:local and simple-s3:local (stand-ins for registry images)
+	bash docker/build-service-images.sh postgres s3

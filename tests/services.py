@@ -1,18 +1,20 @@
-"""Real services for tests: an S3 server (rclone) and throwaway PostgreSQL servers.
+"""Real services for tests: S3 and PostgreSQL servers.
 
 Import the fixtures you use into the test module (`from tests.services import s3_server`).
-A missing binary goes through `require_service`: a failure in CI, a skip elsewhere.
+A missing service goes through `require_service`: a failure in CI, a skip elsewhere.
 
-- `s3_server` (session): `rclone serve s3` on a free loopback port over a temp dir,
-  signatures checked, with the bucket `simple-test`; or, when
-  SIMPLE_TEST_S3_ENDPOINT_URL is set (with SIMPLE_TEST_S3_ACCESS_KEY_ID and
-  SIMPLE_TEST_S3_SECRET_ACCESS_KEY), that server, e.g. MinIO in CI.
+- `s3_server` (session): one S3 server container for the session, from testcontainers
+  (MinIO, or simple-s3:local where no registry answers; see tests/containers.py), with
+  the bucket `simple-test`; or, when SIMPLE_TEST_S3_ENDPOINT_URL is set (with
+  SIMPLE_TEST_S3_ACCESS_KEY_ID and SIMPLE_TEST_S3_SECRET_ACCESS_KEY), that server.
 - `s3_private_server`: an rclone server of the test's own, which it may stop and restart.
 - `s3_settings`: the `settings` fixture with SIMPLE_STORE_URL on `s3_server`, under a
   fresh prefix.
 - `pg_server_url`: a fresh database on PostgreSQL even when SIMPLE_TEST_DATABASE_URL
-  is unset (then on a throwaway server started by scripts/start-postgres.sh --fast).
-- `pg_private_server`: a throwaway PostgreSQL server the test may stop and start.
+  is unset (then on one PostgreSQL container for the session, from testcontainers:
+  postgres:16, or simple-postgres:local where no registry answers).
+- `pg_private_server`: a throwaway PostgreSQL server (scripts/start-postgres.sh --fast)
+  the test may stop and start.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ def _rclone_server(root: Path) -> RcloneS3Server:
 
 
 @pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+def s3_server() -> Iterator[S3Server]:
     """One S3 server for the session, with the bucket `simple-test`."""
     endpoint = os.environ.get("SIMPLE_TEST_S3_ENDPOINT_URL")
     if endpoint:
@@ -166,12 +168,15 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         server.create_bucket(TEST_BUCKET)
         yield server
         return
-    rclone = _rclone_server(tmp_path_factory.mktemp("s3") / "buckets")
+    from tests.containers import start_s3
+
+    started = start_s3()
     try:
-        rclone.create_bucket(TEST_BUCKET)
-        yield rclone
+        server = S3Server(started.endpoint_url, started.access_key_id, started.secret_access_key)
+        server.create_bucket(TEST_BUCKET)
+        yield server
     finally:
-        rclone.stop()
+        started.remove()
 
 
 @pytest.fixture
@@ -289,16 +294,18 @@ def drop_database(server_url: str, url: str) -> None:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
-    """The URL of a PostgreSQL server: SIMPLE_TEST_DATABASE_URL's, else a throwaway one."""
+    """The URL of a PostgreSQL server: SIMPLE_TEST_DATABASE_URL's, else a container's."""
     external = os.environ.get("SIMPLE_TEST_DATABASE_URL", "")
     if external.startswith("postgresql"):
         yield external
         return
-    server = start_postgres_server()
+    from tests.containers import start_postgres
+
+    started = start_postgres()
     try:
-        yield server.url
+        yield started.url
     finally:
-        server.remove()
+        started.remove()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse
 
 from controller import __version__
+from controller.api.body_guard import BodyGuard
 from controller.api.errors import install_error_handlers
 from controller.api.routes import (
     accounting,
@@ -52,6 +53,13 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     for module in (*routers, pages, chat_panel):
         app.include_router(module.router)
     app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens)
+    # Outermost: sizes and credentials are judged before anything reads a body.
+    app.add_middleware(
+        BodyGuard,
+        settings=controller.settings,
+        engine=lambda: controller.engine,
+        routes=lambda: app.router.routes,
+    )
 
     @app.exception_handler(access.LoginRequired)
     async def _login_required(_request: Request, exc: access.LoginRequired) -> RedirectResponse:

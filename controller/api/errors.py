@@ -8,9 +8,12 @@ import re
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from controller.api.body_guard import BodyTooLarge
 from controller.errors import InputError, SimpleError, UnauthorizedError
+from controller.ingest import DATABASE_RETRY_AFTER_S
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +59,14 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=422,
         )
 
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(_request: Request, exc: BodyTooLarge) -> JSONResponse:
+        return JSONResponse(
+            error_body("payload_too_large", str(exc.detail), exc.hint),
+            status_code=413,
+            headers={"Connection": "close"},
+        )
+
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         hint = "see GET /docs for the API" if exc.status_code in (404, 405) else None
@@ -68,6 +79,19 @@ def install_error_handlers(app: FastAPI) -> None:
             error_body(f"http_{exc.status_code}", str(exc.detail), hint),
             status_code=exc.status_code,
             headers=headers,
+        )
+
+    @app.exception_handler(OperationalError)
+    async def _database_away(_request: Request, exc: OperationalError) -> JSONResponse:
+        logger.warning("database unavailable: %s", str(exc).splitlines()[0] if str(exc) else exc)
+        return JSONResponse(
+            error_body(
+                "unavailable",
+                "the controller's database is unavailable",
+                "retry after Retry-After seconds; the controller recovers when the database does",
+            ),
+            status_code=503,
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
         )
 
     @app.exception_handler(Exception)

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 SANDBOX_ROUTES = (
     ("POST", re.compile(r"^/v1/sandboxes/[^/]+/events/?$")),
     ("PUT", re.compile(r"^/v1/sandboxes/[^/]+/snapshot/?$")),
+    ("GET", re.compile(r"^/v1/sandboxes/[^/]+/input/?$")),  # SIMPLE_INPUT_URL (staged runs)
     ("GET", re.compile(r"^/healthz$")),
 )
 REFUSAL = json.dumps(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from fastapi import Path, Query
@@ -158,6 +159,9 @@ class EventIn(BaseModel):
     def _small(cls, value: dict[str, Any]) -> dict[str, Any]:
         if len(str(value)) > 64_000:
             raise ValueError("data is larger than 64 kB")
+        bad = _bad_number(value, "data")
+        if bad:
+            raise ValueError(bad)
         return value
 
     @model_validator(mode="after")
@@ -175,6 +179,31 @@ class EventIn(BaseModel):
                 where = ".".join(str(p) for p in e.errors()[0]["loc"])
                 raise ValueError(f"data.error.{where}: {e.errors()[0]['msg']}") from None
         return self
+
+
+def _bad_number(value: Any, where: str) -> str | None:
+    """Why a number in a sandbox's event data is refused: not finite, or negative.
+
+    Costs, tokens and every other number a sandbox reports are finite and >= 0, as in
+    snapshots: a negative cost would offset another sandbox's, an infinite one would
+    poison every total (and is not JSON).
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        if not math.isfinite(value):
+            return f"{where} is {value}: numbers must be finite"
+        if value < 0:
+            return f"{where} is {value}: numbers must be >= 0"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(
+        value, list
+    ) else ()
+    for key, item in items:
+        bad = _bad_number(item, f"{where}.{key}")
+        if bad:
+            return bad
+    return None
 
 
 class EventBatch(BaseModel):
@@ -212,10 +241,11 @@ ERROR_DESCRIPTIONS = {
     403: "Another sandbox's token, or an attempt that is over",
     404: "No such run or sandbox",
     409: "A conflict: an Idempotency-Key or event id reused with another body",
-    413: "The upload is over the size limit",
+    413: "The body is over its route's size limit, or the sandbox's event bytes cap",
     422: "The request does not fit the schema, or names what the catalog does not have; "
     "`error.field` names the offending field",
-    429: "Busy: the event queue is full; nothing was stored; send again after Retry-After",
+    429: "Busy: the event queue is full (nothing was stored; send again after Retry-After); "
+    "or a cap is reached: the sandbox's events per attempt, or log followers",
     503: "A dependency (database, store, backend) is unavailable; retry later "
     "(events: after Retry-After)",
 }
@@ -396,6 +426,15 @@ class RunList(_Public):
     runs: list[RunSummary] = Field(description="Newest first")
 
 
+class ItemCounts(_Public):
+    """Items of batch sandboxes: passed, failed (a verdict) and errored (raised)."""
+
+    total: int
+    passed: int
+    failed: int
+    errored: int
+
+
 class ReportSandbox(_Public):
     sandbox_id: str
     template_id: str
@@ -407,6 +446,8 @@ class ReportSandbox(_Public):
     tokens_used: int | None
     llm_calls: int | None
     error: str | None
+    items: ItemCounts = Field(description="Batch sandboxes: its items' outcomes (zeros if none)")
+    steps_recorded: int = Field(0, description="Step rows aggregated from its snapshot")
 
 
 class ReportTotals(_Public):
@@ -422,6 +463,7 @@ class ReportTotals(_Public):
     timepoints_created: int
     mechanisms_covered: list[str]
     mechanism_coverage_pct: float
+    items: ItemCounts = Field(description="Every batch sandbox's items together")
 
 
 class ReportByTemplate(_Public):

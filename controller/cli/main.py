@@ -8,6 +8,7 @@ scripts read (report JSON, ids) goes to stdout.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -16,6 +17,8 @@ from controller.cli import accounting, ask, inspect, run
 from controller.cli.common import (
     Catalogs,
     Exit,
+    Server,
+    Token,
     Verbose,
     cli_settings,
     err,
@@ -31,6 +34,18 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _global_options(server: Server = None, token: Token = None) -> None:
+    # `simplectl --server URL --token T run …` as well as `simplectl run --server URL …`:
+    # the global options reach every command through the variables its options read.
+    if server:
+        os.environ["SIMPLE_SERVER"] = server
+    if token:
+        os.environ["SIMPLE_TOKEN"] = token
+
+
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 for command in (

@@ -33,17 +33,27 @@ def _describe(sandbox: dict[str, Any]) -> str:
 def _follow_lines(states: Iterator[dict[str, Any]], stream: TextIO) -> dict[str, Any]:
     """One plain line per change, for CI logs."""
     shown: dict[str, str] = {}
+    shown_alerts: list[dict[str, Any]] = []
     run_status = None
     run: dict[str, Any] = {}
     for run in states:
         if run["status"] != run_status:
             run_status = run["status"]
             print(f"run {run['run_id']}: {run_status}", file=stream, flush=True)
+        staged = bool(run.get("stages"))
+        for alert in (run.get("alerts") or [])[len(shown_alerts):]:
+            shown_alerts.append(alert)
+            print(f"  ALERT: {alert['message']}", file=stream, flush=True)
+        if run.get("hold_reason") and shown.get("hold") != run["hold_reason"]:
+            shown["hold"] = run["hold_reason"]
+            print(f"  held, {run['hold_reason']}: `simplectl confirm {run['run_id']}` goes on",
+                  file=stream, flush=True)
         for sandbox in run["sandboxes"]:
             line = _describe(sandbox)
             if shown.get(sandbox["sandbox_id"]) != line:
                 shown[sandbox["sandbox_id"]] = line
-                print(f"  {sandbox['template_id']}: {line}", file=stream, flush=True)
+                where = f"[stage {sandbox.get('stage', 0)}] " if staged else ""
+                print(f"  {where}{sandbox['template_id']}: {line}", file=stream, flush=True)
     return run
 
 

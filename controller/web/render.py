@@ -26,7 +26,7 @@ env.filters.update(
     duration=views.format_duration,
     utc=views.format_time,
 )
-env.globals.update(version=__version__, message=views.event_message)
+env.globals.update(version=__version__, message=views.event_message, policy=views.policy_text)
 
 
 def page(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:

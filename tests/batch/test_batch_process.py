@@ -11,6 +11,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import httpx
+import pytest
 
 from controller.cli.embedded import EmbeddedServer
 from controller.settings import Settings
@@ -114,6 +115,7 @@ def test_a_batch_retry_runs_only_the_items_without_a_result(
     assert len(stream.json()["items"]) == 100
 
 
+@pytest.mark.once
 def test_ad_hoc_items_split_into_batches_and_are_bounded(
     settings: Settings, catalog_dir: Callable[..., Path]
 ) -> None:
@@ -137,3 +139,24 @@ def test_ad_hoc_items_split_into_batches_and_are_bounded(
     assert {s["status"] for s in run["sandboxes"]} == {"succeeded"}
     assert run["request"]["items"]["count"] == 25, "the run keeps a digest, not the items"
     assert result["totals"]["items"] == {"total": 25, "passed": 25, "failed": 0, "errored": 0}
+
+
+@pytest.mark.once
+def test_an_entrypoint_is_called_per_item(
+    settings: Settings, catalog_dir: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    directory = catalog_dir(json.dumps({"templates": [{
+        "id": "numbers", "category": "test", "timeout_s": 60, "batch_size": 10,
+        "estimate": {"cost_usd": [0, 0], "runtime_s": [1, 1]},
+        "entrypoint": "tests.fixtures.item_checks:check",
+        "items": [{"item_id": f"n{n}", "data": {"n": n}} for n in range(10, 20)]}]}))
+    with serve(settings, directory) as server:
+        run_id = start_run(server.url, {"templates": ["numbers"]})
+        run = wait_run(server.url, run_id, 60)
+        errored = httpx.get(f"{server.url}/v1/runs/{run_id}/items?outcome=errored",
+                            timeout=30).json()["items"]
+        result = report(server.url, run_id)
+    assert run["status"] == "succeeded", run["sandboxes"]
+    assert result["totals"]["items"] == {"total": 10, "passed": 5, "failed": 4, "errored": 1}
+    assert [(i["item_id"], i["error"]) for i in errored] == [("n13", "ValueError: unlucky")]

@@ -312,7 +312,9 @@ def test_evaluation_runs_postgres_and_minio_and_wires_the_controller(helm: str) 
         "command"][-1]
     secret = one(docs, "Secret", "simple")
     database_url = base64.b64decode(secret["data"]["database-url"]).decode()
-    assert database_url == ("postgresql+psycopg://simple:simple-evaluation@simple-postgresql:5432/"
+    password = base64.b64decode(
+        one(docs, "Secret", "simple-evaluation")["data"]["postgres-password"]).decode()
+    assert database_url == (f"postgresql+psycopg://simple:{password}@simple-postgresql:5432/"
                             "simple")
     assert one(docs, "Service", "simple-postgresql")["spec"]["ports"][0]["port"] == 5432
     env = env_of(controller(docs))

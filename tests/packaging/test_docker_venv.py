@@ -15,7 +15,9 @@ from sandbox_image.contract import LABEL_RUN_ID
 from tests.docker_support import connect_docker, ensure_sandbox_image
 from tests.packaging.conftest import InstalledVenv, clean_env
 
-pytestmark = [pytest.mark.once, pytest.mark.slow, pytest.mark.docker]
+pytestmark = [
+    pytest.mark.once, pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)
+]
 RUN_TIMEOUT_S = 900
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.packaging.conftest import InstalledVenv, clean_env
 
-pytestmark = [pytest.mark.once, pytest.mark.slow]
+pytestmark = [pytest.mark.once, pytest.mark.slow, pytest.mark.timeout(1800)]
 RUN_TIMEOUT_S = 600
 
 

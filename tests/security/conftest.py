@@ -30,6 +30,12 @@ HOSTILE_CATALOG = """
     estimate: {cost_usd: [0.0, 0.1], runtime_s: [1, 2]}
     timeout_s: 120
     command: [python, {events_script}]
+  - id: post_events_b
+    category: hostile
+    description: the same script as post_events, for a second sandbox of one run
+    estimate: {cost_usd: [0.0, 0.1], runtime_s: [1, 2]}
+    timeout_s: 120
+    command: [python, {events_script}]
   - id: quiet
     category: hostile
     description: prints one line, then stays quiet for a minute

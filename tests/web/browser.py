@@ -75,8 +75,11 @@ def screenshot(driver: Any, name: str, full_page: bool = True) -> Path:
     path = ARTIFACTS / f"{name}.png"
     size = driver.get_window_size()
     if full_page:
-        height = driver.execute_script("return document.documentElement.scrollHeight")
-        driver.set_window_size(size["width"], min(max(int(height) + 40, 600), 4000))
+        height = driver.execute_script(
+            "return Math.max(document.documentElement.scrollHeight, document.body.scrollHeight)"
+        )
+        driver.set_window_size(size["width"], min(max(int(height) + 140, 600), 4000))
+    driver.execute_script("window.scrollTo(0, 0)")
     driver.save_screenshot(str(path))
     driver.set_window_size(size["width"], size["height"])
     return path

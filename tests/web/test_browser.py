@@ -88,26 +88,56 @@ def test_start_the_quick_suite_from_new_and_watch_it_finish(browser: Any, served
     assert browser.find_element("id", "run-status").text == "succeeded"
     assert not browser.find_element("id", "downloads").get_attribute("hidden")
     screenshot(browser, "dashboard-run-report")
+    browser.set_window_size(420, 900)  # a phone's width: still readable, nothing cut off
+    wide = browser.execute_script("return document.documentElement.scrollWidth")
+    assert wide <= 440, f"the page scrolls sideways at 420 px: {wide} px wide"
+    screenshot(browser, "dashboard-run-narrow", full_page=False)
+    browser.set_window_size(1366, 900)
     assert severe_console_errors(browser) == []
 
     browser.get(f"{served.url}/sandboxes/{report['sandboxes'][0]['sandbox_id']}")
     wait_for(lambda: "exiting with code 0" in browser.find_element("id", "log").text, "the logs")
     screenshot(browser, "dashboard-sandbox-logs")
+    with served.client() as http:  # more runs, in other states, for the list
+        hostile = http.post("/v1/runs", json={"templates": ["web_xss"]}).json()["run_id"]
+        http.post("/v1/runs", json={"suites": ["web-slow"], "max_parallel": 2})
     browser.get(served.url + "/")
     wait_for(lambda: run_id in browser.find_element("id", "runs").text, "the run listed")
+    hostile_row = f'#runs tr[data-run="{hostile}"] .badge'
+    wait_for(lambda: _by_css(browser, hostile_row)[0].text == "failed", "a failed run, live", 60)
     screenshot(browser, "dashboard-runs")
 
 
 def test_cancel_a_run_from_its_page(browser: Any, served: Served) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    log_in(browser, served.url, served.token, "/")
+    wait_for(lambda: browser.find_element("id", "live").text == "live", "the live list")
+    browser.execute_script("window.__sameDocument = true")
     with served.client() as http:
         created = http.post("/v1/runs", json={"suites": ["web-slow"], "max_parallel": 2})
     assert created.status_code == 201, created.text
     run_id = created.json()["run_id"]
-    log_in(browser, served.url, served.token, f"/runs/{run_id}")
+    link = wait_for(lambda: _by_css(browser, f'#runs a[href="/runs/{run_id}"]'), "the new run")
+    assert browser.execute_script("return window.__sameDocument") is True, "listed live"
+    link[0].send_keys(Keys.ENTER)  # by keyboard, from here on
+    wait_for(lambda: browser.current_url.endswith(f"/runs/{run_id}"), "the run page")
     wait_for(lambda: _row_states(browser).count("running") == 2, "two running sandboxes", 60)
-    _by_css(browser, "#cancel")[0].click()
+    running = browser.execute_script(
+        "return document.querySelector('#sandboxes tr[data-status=running]').id.slice(3)"
+    )
+    browser.get(f"{served.url}/sandboxes/{running}")  # its logs, followed while it runs
+    wait_for(lambda: browser.find_element("id", "logs-state").text == "following", "follow")
+    wait_for(lambda: "sleeping" in browser.find_element("id", "log").text, "live logs", 60)
+    browser.back()
+    wait_for(lambda: _row_states(browser).count("running") == 2, "the run page again", 60)
+    _by_css(browser, "#cancel")[0].send_keys(Keys.ENTER)
     wait_for(lambda: _by_css(browser, "dialog[open]"), "the confirmation")
-    _by_css(browser, "#cancel-confirm")[0].click()
+    focused = browser.switch_to.active_element
+    assert focused.text == "Keep running", "the safe choice has the focus"
+    focused.send_keys(Keys.TAB)
+    assert browser.switch_to.active_element.get_attribute("id") == "cancel-confirm"
+    browser.switch_to.active_element.send_keys(Keys.ENTER)
     wait_for(
         lambda: set(_row_states(browser)) <= {"cancelled", "skipped"},
         "every row cancelled or skipped",
@@ -119,6 +149,9 @@ def test_cancel_a_run_from_its_page(browser: Any, served: Served) -> None:
     assert run["status"] == "cancelled"
     assert {s["status"] for s in run["sandboxes"]} <= {"cancelled", "skipped"}
     assert _row_states(browser) == [s["status"] for s in run["sandboxes"]]
+    browser.get(f"{served.url}/sandboxes/{running}")  # ended: its logs from the archive
+    wait_for(lambda: browser.find_element("id", "logs-state").text == "archived", "archive")
+    assert "sleeping" in browser.find_element("id", "log").text
 
 
 def _assert_inert(browser: Any) -> None:

@@ -225,3 +225,28 @@ def test_the_report_fragment_matches_the_api(page_controller: Make) -> None:
     succeeded = report["totals"]["succeeded"]
     assert f'data-total="succeeded">{succeeded}/4<' in fragment
     assert fragment.count('class="cov-label"') == 17
+
+
+def test_a_staged_run_groups_its_rows_by_stage(page_controller: Make) -> None:
+    from sqlalchemy import update
+
+    from controller.db.schema import runs, sandboxes
+
+    controller, client = page_controller()
+    ids = seed_run(controller.engine, "run-staged", 6)
+    stages = [
+        {"index": 0, "templates": [], "policy": {"quorum": 3}},
+        {"index": 1, "templates": [], "policy": "all"},
+    ]
+    with controller.engine.begin() as conn:
+        plan = dict(conn.execute(runs.select()).one().plan)
+        plan["stages"] = stages
+        conn.execute(update(runs).values(plan=plan, stage=1))
+        for n, sandbox_id in enumerate(ids):
+            conn.execute(update(sandboxes).where(sandboxes.c.id == sandbox_id).values(stage=n // 4))
+    html = client.get("/runs/run-staged").text
+    heads = re.findall(r'<tr class="stage-row"><th colspan="8" scope="rowgroup">([^<]*)</th>', html)
+    assert heads == ["Stage 1 of 2 · policy quorum 3", "Stage 2 of 2 · policy all"]
+    assert html.index(heads[1]) > html.index(f'id="sb-{ids[3]}"')
+    assert html.index(heads[1]) < html.index(f'id="sb-{ids[4]}"')
+    assert 'stage <span id="run-stage">2</span> of 2' in html

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi import Path as FastApiPath
 from fastapi.responses import PlainTextResponse, StreamingResponse
-from sqlalchemy import select
 
 from controller import metrics
+from controller.api.body_guard import ATTEMPT_KEY
 from controller.api.deps import Authorized, ControllerDep
+from controller.api.log_follow import FollowerSlots
+from controller.api.log_follow import follow as follow_logs
 from controller.api.models import (
     EventBatch,
     EventsAccepted,
@@ -21,14 +22,15 @@ from controller.api.models import (
     SnapshotStored,
     error_responses,
 )
-from controller.db.schema import sandboxes
 from controller.errors import (
     ForbiddenError,
     NotFoundError,
     PayloadTooLargeError,
+    QuotaExceededError,
     SimpleError,
     UnauthorizedError,
 )
+from controller.event_quota import EventQuota
 from controller.event_writer import EventWriter
 from controller.ingest import (
     PERSISTENCE_FLAG,
@@ -67,15 +69,19 @@ def sandbox_get(sandbox_id: SandboxId, controller: ControllerDep) -> dict[str, A
             "description": "stdout and stderr of the latest attempt; with follow=true, "
             "streamed until the sandbox ends",
         },
-        **error_responses(401),
+        **error_responses(401, 429),
     },
 )
-def sandbox_logs(sandbox_id: SandboxId, controller: ControllerDep, follow: bool = False) -> Any:
+def sandbox_logs(
+    sandbox_id: SandboxId, request: Request, controller: ControllerDep, follow: bool = False
+) -> Any:
     """The sandbox's output: live while it runs, archived afterwards."""
     row = load_sandbox(controller.engine, sandbox_id)
     if row.status == SandboxStatus.RUNNING:
         if follow:
-            return StreamingResponse(_follow(controller, sandbox_id), media_type="text/plain")
+            slot = _follower_slots(request, controller).take(sandbox_id)
+            stream = follow_logs(controller, sandbox_id, slot)
+            return StreamingResponse(stream, media_type="text/plain")
         try:
             return PlainTextResponse(controller.backend.read_logs(sandbox_id))
         except NotFoundError:
@@ -95,24 +101,20 @@ def sandbox_logs(sandbox_id: SandboxId, controller: ControllerDep, follow: bool 
     )
 
 
-def _follow(controller: Any, sandbox_id: str) -> Iterator[bytes]:
-    def running() -> bool:
-        with controller.engine.connect() as conn:
-            status = conn.execute(
-                select(sandboxes.c.status).where(sandboxes.c.id == sandbox_id)
-            ).scalar()
-        return bool(status == SandboxStatus.RUNNING)
-
-    try:
-        yield from controller.backend.follow_logs(sandbox_id, running)
-    except SimpleError as e:
-        yield f"\n[simple: log stream ended: {e.message}]\n".encode()
+def _follower_slots(request: Request, controller: Any) -> FollowerSlots:
+    slots: FollowerSlots | None = getattr(request.app.state, "log_followers", None)
+    if slots is None:
+        settings = controller.settings
+        slots = request.app.state.log_followers = FollowerSlots(
+            settings.log_followers_per_sandbox, settings.log_followers_total
+        )
+    return slots
 
 
 @router.post(
     "/{sandbox_id}/events",
     response_model=EventsAccepted,
-    responses=error_responses(400, 401, 403, 409, 429, 503),
+    responses=error_responses(400, 401, 403, 409, 413, 429, 503),
 )
 async def post_events(
     sandbox_id: SandboxId,
@@ -139,11 +141,31 @@ async def post_events(
         writer = state.event_writer = EventWriter(
             controller.engine, settings.ingest_queue_max_events, settings.ingest_retry_after_s
         )
+    # BodyGuard found the attempt whose token this is (none: the writer answers 401/403).
+    attempt: int | None = getattr(request.state, ATTEMPT_KEY, None)
+    cost = None
     try:
+        if attempt is not None:
+            cost = (sandbox_id, attempt, len(batch.events), len(await request.body()))
+            await asyncio.to_thread(_event_quota(request, controller).reserve, *cost)
         return await asyncio.wrap_future(writer.submit(incoming))
     except SimpleError as e:
         metrics.EVENTS_REJECTED.labels(str(e.status_code)).inc()
+        if cost is not None and not isinstance(e, QuotaExceededError | PayloadTooLargeError):
+            _event_quota(request, controller).release(*cost)
         raise
+
+
+def _event_quota(request: Request, controller: Any) -> EventQuota:
+    quota: EventQuota | None = getattr(request.app.state, "event_quota", None)
+    if quota is None or quota.engine is not controller.engine:
+        settings = controller.settings
+        quota = request.app.state.event_quota = EventQuota(
+            controller.engine,
+            settings.events_max_per_attempt,
+            settings.events_max_bytes_per_attempt,
+        )
+    return quota
 
 
 @router.put(
@@ -169,8 +191,11 @@ async def put_snapshot(
     signature: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
 ) -> dict[str, Any]:
     """Where sandboxes upload snapshots when the store has no presigned URLs (local store)."""
-    row = load_sandbox(controller.engine, sandbox_id)
-    if not signature_matches(signature, row.token_hash, sandbox_id, attempt):
+    try:
+        row = load_sandbox(controller.engine, sandbox_id)
+    except NotFoundError:  # the same answer as a wrong signature: ids are not probed here
+        row = None
+    if row is None or not signature_matches(signature, row.token_hash, sandbox_id, attempt):
         raise UnauthorizedError(
             f"invalid upload signature for sandbox {sandbox_id}",
             hint="PUT to SIMPLE_SNAPSHOT_URL exactly as given",

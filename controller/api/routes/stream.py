@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -118,7 +119,7 @@ async def stream_run(
     ] = 0,
 ) -> StreamingResponse:
     """Live run state and sandbox events (SSE); resume with Last-Event-ID."""
-    run = await asyncio.to_thread(get_run, controller.engine, run_id)  # 404 before streaming
+    run, _ = await _shared_run(controller.engine, run_id)  # 404 before streaming
     if last_event_id and last_event_id.isdigit():
         after = int(last_event_id)
     return StreamingResponse(
@@ -216,4 +217,23 @@ def _events_after(engine: Engine, run_id: str, after: int, settle: bool) -> list
 
 
 def _sse(kind: str, event_id: int, data: dict[str, Any]) -> bytes:
-    return f"id: {event_id}\nevent: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+    """One message; its data is strict JSON (a non-finite number stored earlier is null)."""
+    return f"id: {event_id}\nevent: {kind}\ndata: {strict_json(data)}\n\n".encode()
+
+
+def strict_json(value: Any) -> str:
+    """JSON without NaN or Infinity, which JSON does not have: they become null."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

@@ -9,7 +9,7 @@ document.addEventListener("DOMContentLoaded", function () {
   const EVENTS_KEPT = 200;
   const FINAL = ["succeeded", "failed", "cancelled", "budget_exceeded"];
   const rows = new Map();
-  document.querySelectorAll("#sandboxes tbody tr").forEach(function (tr, index) {
+  document.querySelectorAll('#sandboxes tbody tr[id^="sb-"]').forEach(function (tr, index) {
     rows.set(tr.id.slice(3), {tr: tr, cells: tr.cells, key: null, index: index});
   });
   const svg = document.getElementById("timeline");
@@ -52,6 +52,8 @@ document.addEventListener("DOMContentLoaded", function () {
     progress.max = totals.total || 1; progress.value = totals.done;
     document.getElementById("cost-meter").value = totals.cost;
     if (run.cancel_requested || FINAL.includes(run.status)) document.getElementById("cancel").hidden = true;
+    const stage = document.getElementById("run-stage");
+    if (stage && typeof run.stage === "number") stage.textContent = String(run.stage + 1);
     const duration = document.getElementById("run-duration");
     duration.dataset.since = run.started_at || run.created_at;
     duration.dataset.until = run.finished_at || "";
@@ -153,6 +155,8 @@ document.addEventListener("DOMContentLoaded", function () {
       })
       .catch(function () { /* the downloads still work */ });
   }
+
+  window.SIMPLE.runPage = {applyRun: applyRun};  // for bench/dashboard_bench.py's browser part
 
   if (!ended) {
     const source = new EventSource("/v1/runs/" + encodeURIComponent(runId) + "/stream?after=" + root.dataset.after);

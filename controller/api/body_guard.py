@@ -1,0 +1,199 @@
+"""Bodies are bounded and authenticated before they are read (pure ASGI middleware).
+
+Every request with a body is judged on its headers first:
+- a `Content-Length` over its route's limit gets 413 at once; a chunked body is
+  counted while it streams and stopped with 413 as soon as it passes the limit,
+  before any parsing and without buffering more than one chunk;
+- a request without valid credentials gets 401 without a byte of its body read:
+  an API token (or the dashboard's session cookie) on API routes, a sandbox's own
+  token on the events route. The snapshot upload checks its signature before it
+  reads (in its route); the login form is small and carries the token itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from http.cookies import SimpleCookie
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from controller.api.deps import _listed
+from controller.db.schema import sandboxes
+from controller.ingest import DATABASE_RETRY_AFTER_S
+from controller.settings import Settings
+from controller.web.security import SESSION_COOKIE, session_valid
+
+EVENTS_PATH = re.compile(r"^/v1/sandboxes/([a-z0-9-]{1,63})/events/?$")
+SNAPSHOT_PATH = re.compile(r"^/v1/sandboxes/[^/]+/snapshot/?$")
+LOGIN_PATH = "/login"
+LOGIN_MAX_BYTES = 16 * 1024
+ATTEMPT_KEY = "sandbox_attempt"
+"""`request.state` key: the attempt whose token the events request carries (quotas)."""
+
+
+class BodyTooLarge(HTTPException):
+    """A body passed its route's limit while it streamed (answered 413)."""
+
+    def __init__(self, limit: int, what: str, setting: str) -> None:
+        super().__init__(413, f"the {what} is over its {limit}-byte limit")
+        self.limit, self.hint = limit, f"send less, or raise {setting} on the controller"
+
+
+def route_limit(settings: Settings, method: str, path: str) -> tuple[int, str, str]:
+    """The body limit of a route: (bytes, what, the setting that raises it)."""
+    if method == "PUT" and SNAPSHOT_PATH.match(path):
+        return settings.snapshot_max_bytes, "snapshot", "SIMPLE_SNAPSHOT_MAX_BYTES"
+    if method == "POST" and EVENTS_PATH.match(path):
+        return settings.events_max_body_bytes, "event batch", "SIMPLE_EVENTS_MAX_BODY_BYTES"
+    if path == LOGIN_PATH:
+        return LOGIN_MAX_BYTES, "login form", "nothing (send only the token)"
+    return settings.max_body_bytes, "request body", "SIMPLE_MAX_BODY_BYTES"
+
+
+class BodyGuard:
+    """ASGI middleware: size limits and authentication before any body is read."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        settings: Settings,
+        engine: Callable[[], Engine],
+        routes: Callable[[], list[BaseRoute]],
+    ) -> None:
+        self.app, self.settings, self.engine, self.routes = app, settings, engine, routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = _headers(scope)
+        length = headers.get("content-length")
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        no_body = not chunked and (length is None or length.strip() in ("", "0"))
+        if no_body or not self._routed(scope):  # 404 and 405 are answered unread
+            await self.app(scope, receive, send)
+            return
+        limit, what, setting = route_limit(self.settings, scope["method"], scope["path"])
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await _answer(send, 413, "payload_too_large", f"the {what} is {length} bytes, "
+                          f"over its {limit}-byte limit", f"send less, or raise {setting}")
+            return
+        try:
+            refusal = await self._refusal(scope, headers)
+        except SQLAlchemyError:  # the token lookup needs the database: a sandbox retries later
+            await _answer(send, 503, "unavailable", "the controller's database is unavailable",
+                          "retry after Retry-After seconds; nothing was stored")
+            return
+        if refusal is not None:
+            await _answer(send, 401, "unauthorized", *refusal)
+            return
+        await self.app(scope, _counted(receive, BodyTooLarge(limit, what, setting)), send)
+
+    def _routed(self, scope: Scope) -> bool:
+        """Whether a route takes this method and path (else nothing reads the body)."""
+        return any(route.matches(scope)[0] == Match.FULL for route in self.routes())
+
+    async def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[str, str] | None:
+        """(message, hint) when the request's credentials are missing or wrong."""
+        path = scope["path"]
+        if SNAPSHOT_PATH.match(path) or path == LOGIN_PATH:
+            return None  # the route checks the signature first; the form holds the token
+        token = _bearer(headers.get("authorization", ""))
+        found = EVENTS_PATH.match(path)
+        if found:
+            if not token:
+                return "missing sandbox token", "send `Authorization: Bearer $SIMPLE_SANDBOX_TOKEN`"
+            attempt = await asyncio.to_thread(self._sandbox_attempt, found.group(1), token)
+            if attempt is False:
+                return "unknown sandbox token", "use SIMPLE_SANDBOX_TOKEN exactly as given"
+            if isinstance(attempt, int):
+                scope.setdefault("state", {})[ATTEMPT_KEY] = attempt
+            return None
+        tokens = self.settings.api_tokens
+        if not tokens or (token and _listed(token, tokens)):
+            return None
+        if not token and session_valid(_cookie(headers, SESSION_COOKIE), tokens):
+            return None
+        if token:
+            return "invalid API token", "use a token listed in the server's SIMPLE_API_TOKENS"
+        return "this API needs a token", (
+            "send `Authorization: Bearer <token>` (simplectl --token or SIMPLE_TOKEN)"
+        )
+
+    def _sandbox_attempt(self, sandbox_id: str, token: str) -> int | bool:
+        """The attempt if `token` is this sandbox's; True if another's; False if nobody's."""
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        with self.engine().connect() as conn:
+            row = conn.execute(
+                select(sandboxes.c.attempt, sandboxes.c.token_hash).where(
+                    sandboxes.c.id == sandbox_id
+                )
+            ).first()
+            if row is not None and row.token_hash == digest:
+                return int(row.attempt)
+            other = conn.execute(
+                select(sandboxes.c.id).where(sandboxes.c.token_hash == digest).limit(1)
+            ).first()
+        return other is not None
+
+
+def _counted(receive: Receive, too_large: BodyTooLarge) -> Receive:
+    """`receive` that raises `too_large` once the body passes its limit."""
+    received = 0
+
+    async def counted() -> Message:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > too_large.limit:
+                raise too_large
+        return message
+
+    return counted
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def _bearer(authorization: str) -> str:
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def _cookie(headers: dict[str, str], name: str) -> str | None:
+    cookies: SimpleCookie = SimpleCookie()
+    try:
+        cookies.load(headers.get("cookie", ""))
+    except Exception:  # a malformed Cookie header is no session
+        return None
+    morsel = cookies.get(name)
+    return morsel.value if morsel else None
+
+
+async def _answer(send: Send, status: int, code: str, message: str, hint: str) -> None:
+    body = json.dumps(
+        {"error": {"code": code, "message": message, "hint": hint, "field": None}}
+    ).encode()
+    headers: list[tuple[bytes, bytes]] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),  # the unread body cannot be skipped on this connection
+    ]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    if status == 503:
+        headers.append((b"retry-after", str(DATABASE_RETRY_AFTER_S).encode()))
+    start: dict[str, Any] = {"type": "http.response.start", "status": status, "headers": headers}
+    await send(start)
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Write the env file compose.yaml reads (default .env, mode 0600), once: a random API
+# token and passwords, the group of the Docker socket, and which images to run.
+#
+#   bash scripts/compose-env.sh [--file PATH] [--port PORT] [--force]
+#
+# Images: postgres:16 and minio/minio when present or pullable; otherwise the local
+# stand-ins simple-postgres:local and simple-s3:local (built here by
+# docker/build-service-images.sh when missing). An existing file is kept unless --force.
+# Environment: SIMPLE_POSTGRES_IMAGE / SIMPLE_S3_IMAGE force a choice; PULL_TIMEOUT_S.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+file="$ROOT/.env"
+port=8080
+force=0
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --file) file="$2"; shift 2 ;;
+        --port) port="$2"; shift 2 ;;
+        --force) force=1; shift ;;
+        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+        *) echo "compose-env.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+log() { echo "compose-env: $*" >&2; }
+
+if [[ -e "$file" && "$force" != 1 ]]; then
+    log "$file exists; keeping it (--force writes a new one)"
+    exit 0
+fi
+socket="${DOCKER_HOST:-unix:///var/run/docker.sock}"
+socket="${socket#unix://}"
+[[ -S "$socket" ]] || { log "no Docker socket at $socket: start Docker first"; exit 1; }
+
+# The registry image if it is here or can be pulled, else the local stand-in.
+choose() {
+    local registry="$1" local_image="$2" what="$3"
+    if docker image inspect "$registry" >/dev/null 2>&1 \
+        || timeout "${PULL_TIMEOUT_S:-60}" docker pull -q "$registry" >/dev/null 2>&1; then
+        echo "$registry"
+        return
+    fi
+    log "$registry cannot be pulled; using $local_image"
+    if ! docker image inspect "$local_image" >/dev/null 2>&1; then
+        bash "$ROOT/docker/build-service-images.sh" "$what" >&2
+    fi
+    echo "$local_image"
+}
+postgres_image="${SIMPLE_POSTGRES_IMAGE:-$(choose postgres:16 simple-postgres:local postgres)}"
+s3_image="${SIMPLE_S3_IMAGE:-$(choose minio/minio:RELEASE.2025-04-22T22-12-26Z simple-s3:local s3)}"
+
+secret() { python3 -c 'import secrets; print(secrets.token_urlsafe(32))'; }
+umask 077
+cat >"$file" <<ENV
+# Written by scripts/compose-env.sh; read by compose.yaml. Keep it secret.
+SIMPLE_API_TOKEN=$(secret)
+SIMPLE_POSTGRES_PASSWORD=$(secret)
+SIMPLE_S3_SECRET=$(secret)
+SIMPLE_DOCKER_GID=$(stat -c %g "$socket")
+SIMPLE_PORT=$port
+SIMPLE_POSTGRES_IMAGE=$postgres_image
+SIMPLE_S3_IMAGE=$s3_image
+ENV
+log "wrote $file (API token: SIMPLE_API_TOKEN in it)"
