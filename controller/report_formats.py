@@ -144,4 +144,11 @@ def report_markdown(report: dict[str, Any], problems: list[dict[str, Any]] | Non
 
 
 def _cell(value: str) -> str:
-    return _clean(value).replace("|", "\\|").replace("\n", " ")
+    """Untrusted text as one table cell: a code span, so no Markdown, HTML or link in it
+    renders (not even a bare URL); pipes escaped for the table, one line."""
+    text = _clean(value).replace("\r", " ").replace("\n", " ")
+    if not text.strip():
+        return ""
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    escaped = text.replace("|", "\\|")
+    return f"{fence} {escaped} {fence}"

@@ -104,7 +104,7 @@ def create_run(
         )
     run_id = new_run_id()
     now = datetime.now(UTC)
-    rows = _sandbox_rows(run_id, the_plan, catalog, request, default_image, seed)
+    rows = sandbox_rows(run_id, the_plan, catalog, request, default_image, seed)
     _store_items(store, run_id, rows)
     try:
         with engine.begin() as conn:
@@ -170,7 +170,7 @@ def _store_items(store: ObjectStore | None, run_id: str,
         store.put(items_key(run_id, row["id"]), items_jsonl(items))
 
 
-def _sandbox_rows(
+def sandbox_rows(
     run_id: str, the_plan: Plan, catalog: Catalog, request: PlanRequest, default_image: str,
     seed: int,
 ) -> list[tuple[dict[str, Any], tuple[WorkItem, ...]]]:

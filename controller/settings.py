@@ -91,6 +91,17 @@ class Settings(BaseSettings):
         gt=0,
         description="Bytes of event batches one attempt may post (413 beyond).",
     )
+    log_followers_per_sandbox: int = Field(
+        8, gt=0, description="Clients following one sandbox's logs at once (429 beyond)."
+    )
+    log_followers_total: int = Field(
+        64, gt=0, description="Clients following logs at once, all sandboxes (429 beyond)."
+    )
+    signing_key: str | None = Field(
+        None,
+        description="Key of the upload URLs' signatures; default a random key kept in "
+        "<data_dir>/signing.key (mode 0600). Never stored in the database.",
+    )
     store_retry_s: float = Field(
         600.0,
         gt=0,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -65,8 +66,10 @@ def engine_error(error: BaseException) -> UnavailableError:
     """The engine could not be used: permission denied, or not running / unreachable."""
     text = str(error)
     if "Permission denied" in text or isinstance(error, PermissionError):
+        where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
         return UnavailableError(
-            "permission denied on the Docker socket (/var/run/docker.sock)", hint=PERMISSION_HINT
+            f"permission denied on the Docker socket ({where.removeprefix('unix://')})",
+            hint=PERMISSION_HINT,
         )
     return UnavailableError("the Docker engine is not reachable", hint=START_HINT)
 

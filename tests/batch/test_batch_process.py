@@ -115,6 +115,7 @@ def test_a_batch_retry_runs_only_the_items_without_a_result(
     assert len(stream.json()["items"]) == 100
 
 
+@pytest.mark.once
 def test_ad_hoc_items_split_into_batches_and_are_bounded(
     settings: Settings, catalog_dir: Callable[..., Path]
 ) -> None:
@@ -140,6 +141,7 @@ def test_ad_hoc_items_split_into_batches_and_are_bounded(
     assert result["totals"]["items"] == {"total": 25, "passed": 25, "failed": 0, "errored": 0}
 
 
+@pytest.mark.once
 def test_an_entrypoint_is_called_per_item(
     settings: Settings, catalog_dir: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from controller.cli.embedded import EmbeddedServer
 from controller.settings import Settings
 from tests.e2e_helpers import report, start_run, wait_run
@@ -15,6 +17,7 @@ from tests.e2e_helpers import report, start_run, wait_run
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "batch-image"
 
 
+@pytest.mark.once
 def test_the_example_batch_image_reports_each_item(
     settings: Settings, catalog_dir: Callable[..., Path]
 ) -> None:

@@ -100,6 +100,7 @@ def test_a_retry_resumes_after_the_last_checkpoint(
         "the sandbox's live cost counts the restored steps once")
 
 
+@pytest.mark.once  # the resume path itself runs on PostgreSQL too (above)
 @pytest.mark.parametrize(("mode", "reason"), [
     ("truncate", "checkpoint of attempt 1 rejected"),
     ("gap", "steps are not exactly 1..k"),

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi import Path as FastApiPath
 from fastapi.responses import PlainTextResponse, StreamingResponse
-from sqlalchemy import select
 
 from controller import metrics
 from controller.api.body_guard import ATTEMPT_KEY
 from controller.api.deps import Authorized, ControllerDep
+from controller.api.log_follow import FollowerSlots
+from controller.api.log_follow import follow as follow_logs
 from controller.api.models import (
     EventBatch,
     EventsAccepted,
@@ -22,7 +22,6 @@ from controller.api.models import (
     SnapshotStored,
     error_responses,
 )
-from controller.db.schema import sandboxes
 from controller.errors import (
     ForbiddenError,
     NotFoundError,
@@ -70,15 +69,19 @@ def sandbox_get(sandbox_id: SandboxId, controller: ControllerDep) -> dict[str, A
             "description": "stdout and stderr of the latest attempt; with follow=true, "
             "streamed until the sandbox ends",
         },
-        **error_responses(401),
+        **error_responses(401, 429),
     },
 )
-def sandbox_logs(sandbox_id: SandboxId, controller: ControllerDep, follow: bool = False) -> Any:
+def sandbox_logs(
+    sandbox_id: SandboxId, request: Request, controller: ControllerDep, follow: bool = False
+) -> Any:
     """The sandbox's output: live while it runs, archived afterwards."""
     row = load_sandbox(controller.engine, sandbox_id)
     if row.status == SandboxStatus.RUNNING:
         if follow:
-            return StreamingResponse(_follow(controller, sandbox_id), media_type="text/plain")
+            slot = _follower_slots(request, controller).take(sandbox_id)
+            stream = follow_logs(controller, sandbox_id, slot)
+            return StreamingResponse(stream, media_type="text/plain")
         try:
             return PlainTextResponse(controller.backend.read_logs(sandbox_id))
         except NotFoundError:
@@ -98,18 +101,14 @@ def sandbox_logs(sandbox_id: SandboxId, controller: ControllerDep, follow: bool 
     )
 
 
-def _follow(controller: Any, sandbox_id: str) -> Iterator[bytes]:
-    def running() -> bool:
-        with controller.engine.connect() as conn:
-            status = conn.execute(
-                select(sandboxes.c.status).where(sandboxes.c.id == sandbox_id)
-            ).scalar()
-        return bool(status == SandboxStatus.RUNNING)
-
-    try:
-        yield from controller.backend.follow_logs(sandbox_id, running)
-    except SimpleError as e:
-        yield f"\n[simple: log stream ended: {e.message}]\n".encode()
+def _follower_slots(request: Request, controller: Any) -> FollowerSlots:
+    slots: FollowerSlots | None = getattr(request.app.state, "log_followers", None)
+    if slots is None:
+        settings = controller.settings
+        slots = request.app.state.log_followers = FollowerSlots(
+            settings.log_followers_per_sandbox, settings.log_followers_total
+        )
+    return slots
 
 
 @router.post(
