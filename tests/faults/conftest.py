@@ -107,6 +107,17 @@ class FaultController:
             time.sleep(0.1)
         raise AssertionError(f"the controller did not start:\n{self.output()}")
 
+    def freeze(self, seconds: float) -> None:
+        """SIGSTOP for `seconds`, then SIGCONT: there but answering nothing meanwhile."""
+        import signal
+
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            self.process.send_signal(signal.SIGCONT)
+
     def kill_9(self) -> None:
         assert self.process is not None
         self.process.kill()
