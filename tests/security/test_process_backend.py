@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import create_engine, text
 
 from controller.settings import Settings
@@ -78,6 +79,7 @@ def test_the_database_does_not_hold_what_signs_uploads(served: Served, settings:
         http.post(f"/v1/runs/{run_id}/cancel")
 
 
+@pytest.mark.once
 def test_the_memory_limit_covers_the_whole_process_group(served: Served) -> None:
     with served.client() as http:
         run_id = http.post("/v1/runs", json={"templates": ["memory_hog"]}).json()["run_id"]
