@@ -69,8 +69,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* An image; without a tag, the chart's appVersion (never `latest`). */}}
 {{- define "simple.image" -}}
-{{- printf "%s:%s" .repository (toString .tag) }}
+{{- printf "%s:%s" .image.repository (toString (.image.tag | default .root.Chart.AppVersion)) }}
 {{- end }}
 
 {{/*
