@@ -11,6 +11,9 @@ so nothing launches or changes the rows but this bench).
   does; the bench then stores one new event and one sandbox change, and measures how
   long until every viewer has both, for 1 viewer (baseline) and for 20 — medians of
   the slowest viewer per round. Also the size of one `run` message.
+- browser (when Debian's chromium and chromedriver are installed): headless Chromium
+  loads the page (DOMContentLoaded, median), and the page's script applies one `run`
+  message with every sandbox changed, and one with none changed (medians).
 The last line is the verdict: `bench-dashboard: ... : OK|MISS` (render under 1 s).
 
     python bench/dashboard_bench.py [--sandboxes 1000] [--viewers 20] [--rounds 5]
@@ -177,6 +180,51 @@ def fan_out_round(base: str, engine: object, viewers: int, step: int) -> tuple[f
     return latest - started, size
 
 
+APPLY_JS = """
+const done = arguments[arguments.length - 1];
+fetch("/v1/runs/" + arguments[0]).then(r => r.json()).then(run => {
+  const same = [], changed = [];
+  for (let i = 0; i < arguments[1]; i++) {
+    let t = performance.now(); SIMPLE.runPage.applyRun(run); same.push(performance.now() - t);
+    run.sandboxes.forEach(s => { s.step = (s.step || 0) + 1; s.cost_usd += 0.01; });
+    t = performance.now(); SIMPLE.runPage.applyRun(run); changed.push(performance.now() - t);
+  }
+  done([same, changed]);
+});
+"""
+
+
+def browser_figures(base: str, rounds: int) -> None:
+    """Load time and one update's cost in headless Chromium; skipped without one."""
+    import shutil
+
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        print("browser: skipped (apt-get install chromium chromium-driver)")
+        return
+    from tests.web.browser import start_chromium
+
+    driver = start_chromium()
+    try:
+        driver.set_script_timeout(120)
+        loads = []
+        for _ in range(rounds):
+            driver.get(f"{base}/runs/{RUN_ID}")
+            loads.append(
+                driver.execute_script(
+                    "const t = performance.getEntriesByType('navigation')[0];"
+                    "return t.domContentLoadedEventEnd - t.startTime;"
+                )
+            )
+        same, changed = driver.execute_async_script(APPLY_JS, RUN_ID, rounds)
+        print(
+            f"browser: page loaded (DOMContentLoaded) in {statistics.median(loads):.0f} ms; "
+            f"one `run` message applied in {statistics.median(changed):.0f} ms with every "
+            f"sandbox changed, {statistics.median(same):.0f} ms with none"
+        )
+    finally:
+        driver.quit()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sandboxes", type=int, default=1000)
@@ -201,6 +249,7 @@ def main() -> None:
                 f"({page_bytes / 1024:.0f} KiB) vs JSON API {json_s * 1000:.0f} ms "
                 f"({json_bytes / 1024:.0f} KiB): x{page_s / json_s:.2f}"
             )
+            browser_figures(base, args.rounds)
             one, many, size = [], [], 0
             for n in range(args.rounds):
                 one.append(fan_out_round(base, engine, 1, 2 * n + 10)[0])

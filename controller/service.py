@@ -13,6 +13,7 @@ from controller.reconciler import Reconciler
 from controller.settings import Settings
 from controller.store import create_store
 from controller.store.base import ObjectStore
+from controller.tokens import load_signing_key, set_signing_key
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +25,7 @@ class Controller:
         self, settings: Settings, backend: Backend | None = None, store: ObjectStore | None = None
     ) -> None:
         self.settings = settings
+        set_signing_key(load_signing_key(settings.data_dir / "signing.key", settings.signing_key))
         self.catalog: Catalog = load_catalog(catalog_dirs(settings))
         self.engine = create_db_engine(settings.resolved_database_url)
         self.store = store or create_store(settings)

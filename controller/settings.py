@@ -97,6 +97,11 @@ class Settings(BaseSettings):
     log_followers_total: int = Field(
         64, gt=0, description="Clients following logs at once, all sandboxes (429 beyond)."
     )
+    signing_key: str | None = Field(
+        None,
+        description="Key of the upload URLs' signatures; default a random key kept in "
+        "<data_dir>/signing.key (mode 0600). Never stored in the database.",
+    )
     store_retry_s: float = Field(
         600.0,
         gt=0,

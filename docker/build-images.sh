@@ -21,6 +21,7 @@ cd "$ROOT"
 
 SANDBOX_TAG="${SANDBOX_TAG:-simple-sandbox:latest}"
 CONTROLLER_TAG="${CONTROLLER_TAG:-simple-controller:latest}"
+APP_VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/simple/Chart.yaml)"
 PY_VERSION="3.11"  # the images' Python: python:3.11-slim and Debian bookworm's python3
 if [[ -z "${PYTHON:-}" ]]; then
     if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
@@ -116,6 +117,8 @@ build_image() {
     log "docker build -f $dockerfile -t $tag (BASE_IMAGE=$BASE_IMAGE)"
     docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" -f "$dockerfile" -t "$tag" .
     new="$(docker image inspect -f '{{.Id}}' "$tag")"
+    # Also tagged with the chart's appVersion: what the Helm chart runs by default.
+    docker tag "$tag" "${tag%:*}:$APP_VERSION"
     # Drop the image this tag replaced (only ours, and only if nothing uses it).
     if [[ -n "$old" && "$old" != "$new" ]]; then
         docker image rm "$old" >/dev/null 2>&1 || true

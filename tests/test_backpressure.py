@@ -108,3 +108,25 @@ def _all(outbox: Outbox) -> list[object]:
     from sandbox_image.outbox import PendingEvent
 
     return [PendingEvent(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+
+def test_a_database_outage_is_503_with_retry_after(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from controller.api.app import create_app
+    from controller.service import Controller
+    from tests.services import free_port
+
+    away = f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/nothing"
+    controller = Controller(Settings(data_dir=tmp_path / "data", database_url=away))
+    try:
+        with TestClient(create_app(controller, manage_lifecycle=False)) as http:
+            for response in (http.get("/v1/runs"), http.post(
+                    "/v1/sandboxes/sbx-1/events", headers={"Authorization": "Bearer t"},
+                    json={"events": [{"id": "e1", "seq": 1, "type": "started",
+                                      "time": "2026-11-23T12:00:00Z", "data": {}}]})):
+                assert response.status_code == 503, response.text
+                assert response.headers["retry-after"] == "2"
+                assert response.json()["error"]["code"] == "unavailable"
+    finally:
+        controller.close()

@@ -21,12 +21,14 @@ from http.cookies import SimpleCookie
 from typing import Any
 
 from sqlalchemy import Engine, select
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from controller.api.deps import _listed
 from controller.db.schema import sandboxes
+from controller.ingest import DATABASE_RETRY_AFTER_S
 from controller.settings import Settings
 from controller.web.security import SESSION_COOKIE, session_valid
 
@@ -85,7 +87,12 @@ class BodyGuard:
             await _answer(send, 413, "payload_too_large", f"the {what} is {length} bytes, "
                           f"over its {limit}-byte limit", f"send less, or raise {setting}")
             return
-        refusal = await self._refusal(scope, headers)
+        try:
+            refusal = await self._refusal(scope, headers)
+        except SQLAlchemyError:  # the token lookup needs the database: a sandbox retries later
+            await _answer(send, 503, "unavailable", "the controller's database is unavailable",
+                          "retry after Retry-After seconds; nothing was stored")
+            return
         if refusal is not None:
             await _answer(send, 401, "unauthorized", *refusal)
             return
@@ -185,6 +192,8 @@ async def _answer(send: Send, status: int, code: str, message: str, hint: str) -
     ]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
+    if status == 503:
+        headers.append((b"retry-after", str(DATABASE_RETRY_AFTER_S).encode()))
     start: dict[str, Any] = {"type": "http.response.start", "status": status, "headers": headers}
     await send(start)
     await send({"type": "http.response.body", "body": body})

@@ -8,10 +8,12 @@ import re
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from controller.api.body_guard import BodyTooLarge
 from controller.errors import InputError, SimpleError, UnauthorizedError
+from controller.ingest import DATABASE_RETRY_AFTER_S
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +79,19 @@ def install_error_handlers(app: FastAPI) -> None:
             error_body(f"http_{exc.status_code}", str(exc.detail), hint),
             status_code=exc.status_code,
             headers=headers,
+        )
+
+    @app.exception_handler(OperationalError)
+    async def _database_away(_request: Request, exc: OperationalError) -> JSONResponse:
+        logger.warning("database unavailable: %s", str(exc).splitlines()[0] if str(exc) else exc)
+        return JSONResponse(
+            error_body(
+                "unavailable",
+                "the controller's database is unavailable",
+                "retry after Retry-After seconds; the controller recovers when the database does",
+            ),
+            status_code=503,
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
         )
 
     @app.exception_handler(Exception)

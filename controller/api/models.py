@@ -426,6 +426,15 @@ class RunList(_Public):
     runs: list[RunSummary] = Field(description="Newest first")
 
 
+class ItemCounts(_Public):
+    """Items of batch sandboxes: passed, failed (a verdict) and errored (raised)."""
+
+    total: int
+    passed: int
+    failed: int
+    errored: int
+
+
 class ReportSandbox(_Public):
     sandbox_id: str
     template_id: str
@@ -437,6 +446,8 @@ class ReportSandbox(_Public):
     tokens_used: int | None
     llm_calls: int | None
     error: str | None
+    items: ItemCounts = Field(description="Batch sandboxes: its items' outcomes (zeros if none)")
+    steps_recorded: int = Field(0, description="Step rows aggregated from its snapshot")
 
 
 class ReportTotals(_Public):
@@ -452,6 +463,7 @@ class ReportTotals(_Public):
     timepoints_created: int
     mechanisms_covered: list[str]
     mechanism_coverage_pct: float
+    items: ItemCounts = Field(description="Every batch sandbox's items together")
 
 
 class ReportByTemplate(_Public):
@@ -501,7 +513,10 @@ class StreamedEvent(_Public):
     event_id: str
     attempt: int
     seq: int
-    type: str = Field(description="started, progress, error, completed or failed")
+    type: str = Field(
+        description="started, progress, error, completed or failed; `alert` (seq 0) is the "
+        "controller's cost alert for that sandbox"
+    )
     time: Timestamp
     data: dict[str, Any]
 

@@ -26,7 +26,7 @@ from controller.backends.base import Backend, Notify, Observed, ObservedState, S
 from controller.errors import BackendError, NotFoundError
 from controller.quantities import memory_bytes
 from controller.settings import Settings
-from sandbox_image.contract import LABEL_CONTROLLER, LABEL_RUN_ID, LABEL_SANDBOX_ID
+from sandbox_image.contract import LABEL_CONTROLLER, LABEL_RUN_ID
 
 logger = logging.getLogger(__name__)
 
@@ -126,18 +126,26 @@ class ProcessBackend(Backend):
         return seen
 
     def _observe_dir(self, directory: Path) -> Observed | None:
+        """What one attempt directory shows. The sandbox can write these files, so the
+        sandbox and attempt come from the path, and only a dead supervisor means exited."""
         meta = _read_json(directory / "meta.json")
-        if meta is None:
+        if not isinstance(meta, dict) or not isinstance(meta.get("labels"), dict):
             return None
         labels = meta["labels"]
+        try:
+            attempt = int(directory.name.removeprefix("attempt-"))
+        except ValueError:
+            return None
         base = {
-            "sandbox_id": labels[LABEL_SANDBOX_ID],
-            "run_id": labels[LABEL_RUN_ID],
-            "attempt": int(meta["attempt"]),
+            "sandbox_id": directory.parent.name,
+            "run_id": str(labels.get(LABEL_RUN_ID, "")),
+            "attempt": attempt,
             "controller_id": labels.get(LABEL_CONTROLLER),
         }
+        if self._supervisor(directory.parent.name, directory) is not None:
+            return Observed(**base, state=ObservedState.RUNNING)
         exit_info = _read_json(directory / "exit.json")
-        if exit_info is not None:
+        if isinstance(exit_info, dict) and isinstance(exit_info.get("exit_code"), int):
             return Observed(
                 **base,
                 state=ObservedState.EXITED,
@@ -145,23 +153,36 @@ class ProcessBackend(Backend):
                 oom_killed=bool(exit_info.get("oom_killed")),
                 exited_at=exit_info.get("finished_at"),
             )
-        supervisor = _read_json(directory / "supervisor.json")
-        if supervisor and _alive(supervisor["pid"], str(directory)):
-            return Observed(**base, state=ObservedState.RUNNING)
         return None  # the supervisor died without recording an exit: the sandbox is lost
 
     def stop(self, sandbox_id: str) -> None:
-        for child_file in self.root.glob(f"{sandbox_id}/attempt-*/child.json"):
-            if (child_file.parent / "exit.json").exists():
+        """Signal the sandbox's process group, found from its supervisor, never from a file
+        the sandbox can write (its `child.json` could name any group)."""
+        for directory in self.root.glob(f"{sandbox_id}/attempt-*"):
+            supervisor = self._supervisor(sandbox_id, directory)
+            group = sandbox_group(supervisor) if supervisor else None
+            if group is None:
                 continue
-            info = _read_json(child_file)
-            if info is None:
-                continue
-            _signal_group(info["pgid"], signal.SIGTERM)
-            timer = threading.Timer(STOP_GRACE_S, _signal_group, (info["pgid"], signal.SIGKILL))
+            _signal_group(group, signal.SIGTERM)
+            timer = threading.Timer(STOP_GRACE_S, _signal_group, (group, signal.SIGKILL))
             timer.daemon = True
             timer.start()
-            logger.info("stopping sandbox %s (process group %d)", sandbox_id, info["pgid"])
+            logger.info("stopping sandbox %s (process group %d)", sandbox_id, group)
+
+    def _supervisor(self, sandbox_id: str, directory: Path) -> int | None:
+        """The pid of the attempt's live supervisor: the one this controller started (in
+        memory), or, after a restart, the one `supervisor.json` names if its command line
+        proves it is this attempt's supervisor."""
+        with self._lock:
+            child = self._children.get(sandbox_id)
+        args = child.args if child is not None and isinstance(child.args, list) else []
+        if child is not None and str(directory) in args and child.poll() is None:
+            return child.pid
+        recorded = _read_json(directory / "supervisor.json")
+        pid = recorded.get("pid") if isinstance(recorded, dict) else None
+        if isinstance(pid, int) and _alive(pid, str(directory)):
+            return pid
+        return None
 
     def read_logs(self, sandbox_id: str) -> bytes:
         logs = sorted(
@@ -203,12 +224,32 @@ def _resolve_command(command: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _alive(pid: int, marker: str) -> bool:
-    """True if `pid` runs and is our supervisor (guards against pid reuse)."""
+    """True if `pid` runs and is our supervisor of `marker` (guards against pid reuse and
+    against a sandbox pointing `supervisor.json` at another process)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return marker.encode() in handle.read()
+            argv = handle.read().split(b"\0")
     except OSError:
         return False
+    return len(argv) > 4 and argv[3] == str(SUPERVISOR).encode() and argv[4] == marker.encode()
+
+
+def sandbox_group(supervisor: int) -> int | None:
+    """The process group of the supervisor's child (the sandbox), if it leads one."""
+    try:
+        with open(f"/proc/{supervisor}/task/{supervisor}/children") as handle:
+            children = [int(pid) for pid in handle.read().split()]
+    except (OSError, ValueError):
+        return None
+    for pid in children:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == supervisor and int(fields[2]) == pid:  # ppid, pgrp
+            return pid
+    return None
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -3,8 +3,9 @@
     python -I -S process_supervisor.py DIR MEMORY_BYTES -- COMMAND...
 
 It starts COMMAND in its own session and process group with DIR/work as working
-directory and output to DIR/output.log, kills it (SIGKILL) if its resident memory
-passes MEMORY_BYTES (0 = no limit), and writes DIR/exit.json when it ends. It
+directory and output to DIR/output.log, kills it (SIGKILL) if the resident memory of
+its whole session (every process it started that did not leave it with setsid) passes
+MEMORY_BYTES (0 = no limit), and writes DIR/exit.json when it ends. It
 lives in its own session, so it outlives a controller that is killed and lets a
 new controller read the exit it recorded. It imports nothing heavier than `os`
 (no subprocess, no json): its start-up is on every sandbox's launch path.
@@ -25,6 +26,35 @@ def rss_bytes(pid: int) -> int:
             return int(handle.read().split()[1]) * PAGE
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def session_members(sid: int) -> list[tuple[int, int]]:
+    """(pid, resident bytes) of every process in session `sid`, from /proc/*/stat."""
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) == sid:  # field 6, the session (fields[0] is field 3)
+                members.append((int(name), int(fields[21]) * PAGE))  # field 24, rss pages
+        except (OSError, ValueError, IndexError):
+            continue
+    return members
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL the group and every other process left in the session."""
+    try:  # noqa: SIM105 - contextlib would add to every sandbox's start-up
+        os.killpg(sid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid, _ in session_members(sid):
+        try:  # noqa: SIM105
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def write_record(path: str, fields: dict[str, object]) -> None:
@@ -65,22 +95,25 @@ def supervise(directory: str, memory_limit: int, command: list[str], log_fd: int
     pid = spawn(directory, command, log_fd)
     write_record(os.path.join(directory, "child.json"), {"pid": pid, "pgid": pid})
     oom = False
+    polls = 0
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             break
-        if memory_limit and rss_bytes(pid) > memory_limit:
+        polls += 1
+        # The direct child every poll; its whole session (a /proc scan) every fourth.
+        if memory_limit and (
+            rss_bytes(pid) > memory_limit
+            or (polls % 4 == 0 and sum(rss for _, rss in session_members(pid)) > memory_limit)
+        ):
             oom = True
-            os.killpg(pid, signal.SIGKILL)
+            kill_session(pid)
             _, status = os.waitpid(pid, 0)
             break
         time.sleep(POLL_S)
     code = os.waitstatus_to_exitcode(status)
-    # The group may hold grandchildren; the sandbox ends with all of them.
-    try:  # noqa: SIM105 - contextlib would add to every sandbox's start-up
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    # The session may hold grandchildren; the sandbox ends with all of them.
+    kill_session(pid)
     if oom:
         os.write(log_fd, b"simple: killed: resident memory passed the sandbox's memory limit\n")
     write_record(

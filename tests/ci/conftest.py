@@ -293,6 +293,7 @@ def serve(settings: Settings, tmp_path: Path, ci_catalog: Path) -> Iterator[Serv
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
+                start_new_session=True,  # its own group: a signal meant for it spares pytest
             )
         served = Served(
             url=f"http://127.0.0.1:{port}",

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# Events the controller itself records among a sandbox's (e.g. cost alerts): not sent by it.
+CONTROLLER_EVENT_PREFIX = "simple:"
 TERMINAL = {"succeeded", "failed", "timeout", "oom", "cancelled", "lost", "skipped"}
 
 
@@ -132,6 +134,7 @@ def gather(
             for r in conn.execute(
                 select(events.c.sandbox_id, events.c.event_id).where(events.c.run_id == run_id)
             )
+            if not r.event_id.startswith(CONTROLLER_EVENT_PREFIX)
         ]
     terminal: dict[str, list[str]] = {}
     for row in rows:

@@ -193,7 +193,7 @@ def test_controller_env_and_probes(helm: str) -> None:
     assert list(env).index("SIMPLE_KUBERNETES_NAMESPACE") < list(env).index(
         "SIMPLE_CONTROLLER_URL")  # $(VAR) expands only earlier variables
     assert env["SIMPLE_STORE_URL"] == "file:///var/lib/simple/store"
-    assert env["SIMPLE_DEFAULT_IMAGE"] == "simple-sandbox:latest"
+    assert env["SIMPLE_DEFAULT_IMAGE"] == "simple-sandbox:0.1.0"  # the appVersion
     assert env["SIMPLE_API_TOKENS"] == {"secretKeyRef": {"name": "simple-api-tokens",
                                                          "key": "api-tokens"}}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
@@ -305,14 +305,16 @@ def test_inline_credentials_go_to_the_charts_secret(helm: str) -> None:
 def test_evaluation_runs_postgres_and_minio_and_wires_the_controller(helm: str) -> None:
     docs = render(helm, "evaluation-values.yaml")
     images = {c["image"] for _, spec in pod_specs(docs) for c in spec["containers"]}
-    assert {"postgres:16", "minio/minio:latest", "simple-controller:latest"} <= images
+    assert {"postgres:16", "minio/minio:latest", "simple-controller:0.1.0"} <= images
     bucket_job = one(docs, "Job")
     assert "post-install" in bucket_job["metadata"]["annotations"]["helm.sh/hook"]
     assert "mc mb --ignore-existing" in bucket_job["spec"]["template"]["spec"]["containers"][0][
         "command"][-1]
     secret = one(docs, "Secret", "simple")
     database_url = base64.b64decode(secret["data"]["database-url"]).decode()
-    assert database_url == ("postgresql+psycopg://simple:simple-evaluation@simple-postgresql:5432/"
+    password = base64.b64decode(
+        one(docs, "Secret", "simple-evaluation")["data"]["postgres-password"]).decode()
+    assert database_url == (f"postgresql+psycopg://simple:{password}@simple-postgresql:5432/"
                             "simple")
     assert one(docs, "Service", "simple-postgresql")["spec"]["ports"][0]["port"] == 5432
     env = env_of(controller(docs))

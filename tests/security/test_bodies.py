@@ -72,6 +72,7 @@ ATTACKS = [
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_a_200_mb_body_without_a_token_costs_under_20_mb(served: Served) -> None:
     with served.client() as http:  # warm the routes up before the baseline
         http.get("/v1/runs")

@@ -12,6 +12,7 @@ import time
 from contextlib import ExitStack
 
 import httpx
+import pytest
 
 from tests.ci.conftest import Served, ServeFactory
 from tests.e2e_helpers import wait_for
@@ -51,6 +52,7 @@ def quick(served: Served, path: str) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.once
 def test_many_followers_never_starve_healthz_or_the_api(serve: ServeFactory) -> None:
     served = serve(SIMPLE_LOG_FOLLOWERS_PER_SANDBOX="100", SIMPLE_LOG_FOLLOWERS_TOTAL="100")
     run_id, sandbox_id = start_quiet(served)

@@ -33,6 +33,7 @@ def sandbox_of(served: Served, run_id: str) -> dict[str, object]:
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_a_bomb_does_not_hold_up_another_run(served: Served, tmp_path: Path) -> None:
     generated_column_bomb(tmp_path / "upload_script.input", rows=60)
     with served.client() as http:

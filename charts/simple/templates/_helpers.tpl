@@ -69,8 +69,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* An image; without a tag, the chart's appVersion (never `latest`). */}}
 {{- define "simple.image" -}}
-{{- printf "%s:%s" .repository (toString .tag) }}
+{{- printf "%s:%s" .image.repository (toString (.image.tag | default .root.Chart.AppVersion)) }}
 {{- end }}
 
 {{/*
@@ -83,12 +84,48 @@ that the operator creates, because the controller refuses to serve without token
 {{- include "simple.fullname" . }}
 {{- end }}
 
+{{/*
+A generated secret value (evaluation installs): `given` if set, else what the release's
+Secret `secret` already holds under `key` (kept across upgrades, with `lookup`), else 32
+random characters, generated once per render so every template sees the same value.
+*/}}
+{{- define "simple.generatedSecret" -}}
+{{- if .given -}}
+{{- .given -}}
+{{- else -}}
+{{- $cache := .root.Values.evaluation -}}
+{{- $slot := printf "_generated_%s_%s" .secret .key -}}
+{{- if not (hasKey $cache $slot) -}}
+{{- $existing := lookup "v1" "Secret" .root.Release.Namespace .secret -}}
+{{- $value := randAlphaNum 32 -}}
+{{- if and $existing $existing.data (hasKey $existing.data .key) -}}
+{{- $value = index $existing.data .key | b64dec -}}
+{{- end -}}
+{{- $_ := set $cache $slot $value -}}
+{{- end -}}
+{{- index $cache $slot -}}
+{{- end -}}
+{{- end }}
+
+{{- define "simple.evaluationPassword" -}}
+{{- $secret := include "simple.componentName" (dict "root" .root "suffix" "evaluation") -}}
+{{- include "simple.generatedSecret" (dict "root" .root "secret" $secret "key" .key "given" .given) -}}
+{{- end }}
+
+{{- define "simple.postgresPassword" -}}
+{{- include "simple.evaluationPassword" (dict "root" . "key" "postgres-password" "given" .Values.evaluation.postgresql.password) -}}
+{{- end }}
+
+{{- define "simple.minioPassword" -}}
+{{- include "simple.evaluationPassword" (dict "root" . "key" "minio-root-password" "given" .Values.evaluation.minio.rootPassword) -}}
+{{- end }}
+
 {{- define "simple.databaseUrl" -}}
 {{- if .Values.database.url }}
 {{- .Values.database.url }}
 {{- else if .Values.evaluation.enabled }}
 {{- $pg := .Values.evaluation.postgresql }}
-{{- printf "postgresql+psycopg://%s:%s@%s:5432/%s" (urlquery $pg.user) (urlquery $pg.password) (include "simple.componentName" (dict "root" . "suffix" "postgresql" "max" 52)) $pg.database }}
+{{- printf "postgresql+psycopg://%s:%s@%s:5432/%s" (urlquery $pg.user) (urlquery (include "simple.postgresPassword" .)) (include "simple.componentName" (dict "root" . "suffix" "postgresql" "max" 52)) $pg.database }}
 {{- end }}
 {{- end }}
 
@@ -97,12 +134,12 @@ that the operator creates, because the controller refuses to serve without token
 {{- end }}
 
 {{- define "simple.s3SecretAccessKey" -}}
-{{- if .Values.s3.secretAccessKey }}{{ .Values.s3.secretAccessKey }}{{ else if .Values.evaluation.enabled }}{{ .Values.evaluation.minio.rootPassword }}{{ end }}
+{{- if .Values.s3.secretAccessKey }}{{ .Values.s3.secretAccessKey }}{{ else if .Values.evaluation.enabled }}{{ include "simple.minioPassword" . }}{{ end }}
 {{- end }}
 
 {{/* Whether the chart's own Secret has anything to hold. */}}
 {{- define "simple.ownSecretNeeded" -}}
-{{- $tokens := and (not .Values.auth.existingSecret) .Values.auth.apiTokens }}
+{{- $tokens := and (not .Values.auth.existingSecret) (or .Values.auth.apiTokens .Values.evaluation.enabled) }}
 {{- $db := and (not .Values.database.existingSecret) (include "simple.databaseUrl" .) }}
 {{- $s3 := and (not .Values.s3.existingSecret) (include "simple.s3AccessKeyId" .) }}
 {{- if or $tokens $db $s3 }}true{{ end }}
@@ -112,7 +149,7 @@ that the operator creates, because the controller refuses to serve without token
 {{- if .Values.auth.existingSecret -}}
 name: {{ .Values.auth.existingSecret }}
 key: {{ .Values.auth.existingSecretKey }}
-{{- else if .Values.auth.apiTokens -}}
+{{- else if or .Values.auth.apiTokens .Values.evaluation.enabled -}}
 name: {{ include "simple.secretName" . }}
 key: api-tokens
 {{- else -}}

@@ -18,7 +18,6 @@ from controller.api.models import (
     SandboxIdQuery,
     error_responses,
 )
-from controller.errors import InputError
 from controller.item_results import MAX_PAGE, all_items, list_items
 from controller.report import REPORT_PAGE_MAX, fetch_report
 from controller.report_formats import report_junit, report_markdown
@@ -163,7 +162,11 @@ def run_items(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     after: Annotated[
         str | None,
-        Query(max_length=300, description="The previous page's next_after cursor"),
+        Query(
+            max_length=300,
+            pattern=r"^[a-z0-9-]{1,63}/[A-Za-z0-9_.:/@+=-]{1,200}$",
+            description="The previous page's next_after cursor",
+        ),
     ] = None,
     sandbox_id: SandboxIdQuery = None,
     outcome: Annotated[str | None, Query(pattern="^(passed|failed|errored|skipped)$")] = None,
@@ -172,9 +175,7 @@ def run_items(
     get_run_row(controller.engine, run_id)
     cursor = None
     if after is not None:
-        sandbox, sep, item = after.partition("/")
-        if not sep:
-            raise InputError("after must be the next_after of the previous page", field="after")
+        sandbox, _, item = after.partition("/")  # the pattern guarantees the "/"
         cursor = (sandbox, item)
     page = list_items(
         controller.engine,

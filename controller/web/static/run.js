@@ -156,6 +156,8 @@ document.addEventListener("DOMContentLoaded", function () {
       .catch(function () { /* the downloads still work */ });
   }
 
+  window.SIMPLE.runPage = {applyRun: applyRun};  // for bench/dashboard_bench.py's browser part
+
   if (!ended) {
     const source = new EventSource("/v1/runs/" + encodeURIComponent(runId) + "/stream?after=" + root.dataset.after);
     source.addEventListener("run", function (ev) { pendingRun = JSON.parse(ev.data); schedule(); });

@@ -42,7 +42,7 @@
 - name: SIMPLE_S3_REGION
   value: {{ .Values.s3.region | quote }}
 - name: SIMPLE_DEFAULT_IMAGE
-  value: {{ $settings.defaultImage | quote }}
+  value: {{ $settings.defaultImage | default (printf "simple-sandbox:%s" .Chart.AppVersion) | quote }}
 - name: SIMPLE_MAX_ATTEMPTS
   value: {{ $settings.maxAttempts | quote }}
 - name: SIMPLE_RETRY_BASE_S
