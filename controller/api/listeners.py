@@ -18,6 +18,8 @@ SANDBOX_ROUTES = (
     ("POST", re.compile(r"^/v1/sandboxes/[^/]+/events/?$")),
     ("PUT", re.compile(r"^/v1/sandboxes/[^/]+/snapshot/?$")),
     ("GET", re.compile(r"^/v1/sandboxes/[^/]+/input/?$")),  # SIMPLE_INPUT_URL (staged runs)
+    # SIMPLE_ITEMS_URL and SIMPLE_RESUME_URL (batch templates, resumed attempts)
+    ("GET", re.compile(r"^/v1/sandboxes/[^/]+/inputs/(items|resume)/?$")),
     ("GET", re.compile(r"^/healthz$")),
 )
 REFUSAL = json.dumps(

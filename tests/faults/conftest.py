@@ -38,8 +38,16 @@ def record_case(request: pytest.FixtureRequest, text: str) -> None:
     _lines[request.node.nodeid] = text
 
 
+_cases: set[str] = set()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("faults") is not None:  # the cases, not the checker's tests
+        _cases.add(item.nodeid)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if "faults" not in report.keywords:
+    if report.nodeid not in _cases:
         return
     ok = _held.get(report.nodeid, True) and not report.failed
     if report.when == "call" or report.failed:
@@ -106,6 +114,17 @@ class FaultController:
                     return
             time.sleep(0.1)
         raise AssertionError(f"the controller did not start:\n{self.output()}")
+
+    def freeze(self, seconds: float) -> None:
+        """SIGSTOP for `seconds`, then SIGCONT: there but answering nothing meanwhile."""
+        import signal
+
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            self.process.send_signal(signal.SIGCONT)
 
     def kill_9(self) -> None:
         assert self.process is not None
