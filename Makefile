@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install quick test faults lint typecheck check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-dashboard bench-batch clean
+.PHONY: help install quick test faults lint typecheck check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-k8s bench-dashboard bench-batch clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ bench: $(STAMP) ## Controller overhead per sandbox on the process backend
 
 bench-docker: $(STAMP) ## SIMPLE vs bare CLI and SDK loops: 64 no-op containers, 8 at once (builds its image)
 	$(BIN)/python bench/docker_bench.py
+
+bench-k8s: $(STAMP) ## Kubernetes API requests per sandbox: watch-fed cache vs listing per pass (kmock)
+	$(BIN)/python bench/k8s_bench.py
 
 bench-batch: $(STAMP) ## 100 no-op items: one sandbox each vs batches of 10 and 100, process and Docker
 	$(BIN)/python bench/batch_bench.py

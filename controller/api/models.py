@@ -513,7 +513,10 @@ class StreamedEvent(_Public):
     event_id: str
     attempt: int
     seq: int
-    type: str = Field(description="started, progress, error, completed or failed")
+    type: str = Field(
+        description="started, progress, error, completed or failed; `alert` (seq 0) is the "
+        "controller's cost alert for that sandbox"
+    )
     time: Timestamp
     data: dict[str, Any]
 

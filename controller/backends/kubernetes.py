@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from controller.backends.base import Backend, Notify, Observed, SandboxSpec
+from controller.backends.kubernetes_informer import WATCH_TIMEOUT_S, Gone, Informer
 from controller.backends.kubernetes_job import (
     CONTAINER_NAME,
     attempt_key,
@@ -31,6 +32,7 @@ from controller.errors import BackendError, NotFoundError, UnavailableError
 from controller.retry import backoff_s
 from sandbox_image.contract import (
     LABEL_ATTEMPT,
+    LABEL_CONTROLLER,
     LABEL_MANAGED_BY,
     LABEL_MANAGED_BY_VALUE,
     LABEL_SANDBOX_ID,
@@ -88,8 +90,14 @@ class KubernetesBackend(Backend):
         backoff_max_s: float = 8.0,
         request_timeout_s: float = 15.0,
         unschedulable_grace_s: float = 300.0,
+        informers: bool = True,
     ) -> None:
         super().__init__(notify)
+        self.controller_id = settings.controller_id
+        # Only this controller's objects: two controllers in one namespace stay apart.
+        self.selector = f"{MANAGED_SELECTOR},{LABEL_CONTROLLER}={self.controller_id}"
+        self._use_informers = informers
+        self._informers: tuple[Informer, Informer] | None = None
         self.namespace = settings.kubernetes_namespace
         self.service_account = settings.kubernetes_sandbox_service_account
         self.job_ttl_s = settings.kubernetes_job_ttl_s
@@ -140,10 +148,15 @@ class KubernetesBackend(Backend):
         )
 
     def observe(self) -> list[Observed]:
-        """Every managed Job in the namespace, matched to its Pods by label."""
-        batch, core = self._apis()
-        jobs = self._list("jobs", batch.list_namespaced_job, MANAGED_SELECTOR)
-        pods = self._list("pods", core.list_namespaced_pod, MANAGED_SELECTOR)
+        """Every Job of this controller in the namespace, matched to its Pods by label: from the
+        informers' cache (no API call), or listed when informers are off."""
+        cache = self._cache()
+        if cache is not None:
+            jobs, pods = cache[0].items(), cache[1].items()
+        else:
+            batch, core = self._apis()
+            jobs = self._list("jobs", batch.list_namespaced_job, self.selector)
+            pods = self._list("pods", core.list_namespaced_pod, self.selector)
         pods_by_attempt: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
         for pod in pods:
             pods_by_attempt.setdefault(attempt_key(pod), []).append(pod)
@@ -172,8 +185,12 @@ class KubernetesBackend(Backend):
     def read_logs(self, sandbox_id: str) -> bytes:
         """The newest Pod's output so far; empty while its container is still starting."""
         _, core = self._apis()
-        selector = f"{MANAGED_SELECTOR},{LABEL_SANDBOX_ID}={sandbox_id}"
-        pods = self._list("pods", core.list_namespaced_pod, selector)
+        cache = self._cache()
+        if cache is not None:
+            pods = cache[1].find(lambda p: attempt_key(p)[0] == sandbox_id)
+        else:
+            selector = f"{self.selector},{LABEL_SANDBOX_ID}={sandbox_id}"
+            pods = self._list("pods", core.list_namespaced_pod, selector)
         if not pods:
             raise NotFoundError(
                 f"sandbox {sandbox_id} has no pod in namespace {self.namespace!r}",
@@ -202,6 +219,8 @@ class KubernetesBackend(Backend):
 
     def check(self) -> None:
         """Raise UnavailableError when the API cannot be reached or refuses to list Jobs."""
+        if self._informers is not None:  # watching: answering readiness probes costs no call
+            return
         try:
             batch, _ = self._apis()
             self._call(
@@ -218,6 +237,8 @@ class KubernetesBackend(Backend):
             ) from e
 
     def close(self) -> None:
+        for informer in self._informers or ():
+            informer.close()
         if self._api_client is not None:
             self._api_client.close()
             self._api_client = None
@@ -282,28 +303,89 @@ class KubernetesBackend(Backend):
     def _list(
         self, resource: str, method: Callable[..., Any], selector: str
     ) -> list[Mapping[str, Any]]:
+        return self._list_versioned(resource, method, selector)[0]
+
+    def _list_versioned(
+        self, resource: str, method: Callable[..., Any], selector: str
+    ) -> tuple[list[Mapping[str, Any]], str | None]:
+        """Every object the selector matches (paged) and the list's resourceVersion."""
         items: list[Mapping[str, Any]] = []
         token: str | None = None
+        version: str | None = None
         while True:
             page_args: dict[str, Any] = {"label_selector": selector, "limit": 500}
             if token:
                 page_args["_continue"] = token
             page = _json(self._call("list", resource, method, self.namespace, **page_args))
             items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
+            meta = page.get("metadata") or {}
+            version = version or meta.get("resourceVersion")
+            token = meta.get("continue")
             if not token:
-                return items
+                return items, version
+
+    # -- informers: the cache observe and read_logs read instead of listing -----------
+
+    def _cache(self) -> tuple[Informer, Informer] | None:
+        """The Job and Pod informers, started (one LIST each) on first use; None when off."""
+        if not self._use_informers:
+            return None
+        with self._init_lock:
+            if self._informers is None:
+                batch, core = self._apis_unlocked()
+                labels = dict(part.split("=", 1) for part in self.selector.split(","))
+                jobs = self._informer("jobs", batch.list_namespaced_job, labels)
+                pods = self._informer("pods", core.list_namespaced_pod, labels)
+                self._informers = (jobs, pods)
+            return self._informers
+
+    def _informer(
+        self, kind: str, lister: Callable[..., Any], labels: dict[str, str]
+    ) -> Informer:
+        def list_all() -> tuple[list[Mapping[str, Any]], str | None]:
+            return self._list_versioned(kind, lister, self.selector)
+
+        def watch(version: str | None) -> Any:
+            return self._watch(lister, version)
+
+        informer = Informer(kind, list_all, watch, labels, self._notify)
+        informer.start()
+        return informer
+
+    def _watch(self, lister: Callable[..., Any], version: str | None) -> Any:
+        """Open one watch (a streaming answer) from `version`, with bookmarks."""
+        kwargs: dict[str, Any] = {
+            "label_selector": self.selector,
+            "watch": True,
+            "allow_watch_bookmarks": True,
+            "timeout_seconds": WATCH_TIMEOUT_S,
+            "_preload_content": False,
+            "_request_timeout": (self._request_timeout_s, WATCH_TIMEOUT_S + 30),
+        }
+        if version:
+            kwargs["resource_version"] = version
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return lister(self.namespace, **kwargs)
+        except ApiException as e:
+            if int(e.status or 0) == 410:
+                raise Gone() from e
+            raise
 
     def _apis(self) -> tuple[Any, Any]:
         """The BatchV1Api and CoreV1Api, built on first use from in-cluster config or kubeconfig."""
         with self._init_lock:
-            if self._batch is None or self._core is None:
-                from kubernetes import client
+            return self._apis_unlocked()
 
-                self._api_client = _load_api_client()
-                self._batch = self._batch or client.BatchV1Api(self._api_client)
-                self._core = self._core or client.CoreV1Api(self._api_client)
-            return self._batch, self._core
+    def _apis_unlocked(self) -> tuple[Any, Any]:
+        if self._batch is None or self._core is None:
+            from kubernetes import client
+
+            self._api_client = _load_api_client()
+            self._batch = self._batch or client.BatchV1Api(self._api_client)
+            self._core = self._core or client.CoreV1Api(self._api_client)
+        return self._batch, self._core
 
     def _call(
         self, verb: str, resource: str, method: Callable[..., Any], *args: Any, **kwargs: Any

@@ -1,11 +1,12 @@
 """The `process` backend: one OS process per sandbox (the embedded default).
 
 Each attempt gets its own directory `<data_dir>/sandboxes/<sandbox-id>/attempt-<n>/`
-with `meta.json` (the labels), `work/` (the sandbox's working directory),
-`output.log` (stdout and stderr), and `exit.json` once it ends. A small
-supervisor (`process_supervisor.py`) owns the sandbox's process group, enforces
-the memory limit, and records the exit, so a restarted controller finds every
-sandbox again from these files alone.
+with `meta.json` (the labels), `output.log` (stdout and stderr), and `exit.json` once
+it ends. Its working directory is outside the data directory (which holds the database,
+the store and the signing key): `<tmp>/simple-work-<controller id>/<sandbox>/attempt-<n>/`.
+A small supervisor (`process_supervisor.py`) owns the sandbox's process group, enforces
+the memory limit, and records the exit, so a restarted controller finds every sandbox
+again; the files a sandbox can write are never trusted to name a process to signal.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,8 @@ class ProcessBackend(Backend):
         super().__init__(notify)
         self.root = (settings.data_dir / "sandboxes").resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        # Working directories live outside the data directory (its database, store, keys).
+        self.work_root = Path(tempfile.gettempdir()) / f"simple-work-{settings.controller_id}"
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
 
@@ -52,7 +56,7 @@ class ProcessBackend(Backend):
             "kind": "process",
             "sandbox_id": spec.sandbox_id,
             "command": list(_resolve_command(spec.command)),
-            "working_dir": str(self._dir(spec.sandbox_id, spec.env.attempt) / "work"),
+            "working_dir": str(self._work(spec.sandbox_id, spec.env.attempt)),
             "env": spec.env.to_environ(),
             "labels": spec.labels,
             "limits": {
@@ -65,9 +69,12 @@ class ProcessBackend(Backend):
 
     def launch(self, spec: SandboxSpec) -> None:
         directory = self._dir(spec.sandbox_id, spec.env.attempt)
-        if directory.exists():
-            shutil.rmtree(directory)
-        (directory / "work").mkdir(parents=True)
+        work = self._work(spec.sandbox_id, spec.env.attempt)
+        for old in (directory, work):
+            if old.exists():
+                shutil.rmtree(old)
+        directory.mkdir(parents=True)
+        work.mkdir(parents=True, mode=0o700)
         _write_json(directory / "meta.json", {"labels": spec.labels, "attempt": spec.env.attempt})
         env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
         env.update(spec.env.to_environ())
@@ -79,6 +86,7 @@ class ProcessBackend(Backend):
             str(SUPERVISOR),
             str(directory),
             str(limit),
+            str(work),
             "--",
             *_resolve_command(spec.command),
         ]
@@ -195,9 +203,13 @@ class ProcessBackend(Backend):
 
     def remove(self, sandbox_id: str) -> None:
         shutil.rmtree(self.root / sandbox_id, ignore_errors=True)
+        shutil.rmtree(self.work_root / sandbox_id, ignore_errors=True)
 
     def _dir(self, sandbox_id: str, attempt: int) -> Path:
         return self.root / sandbox_id / f"attempt-{attempt}"
+
+    def _work(self, sandbox_id: str, attempt: int) -> Path:
+        return self.work_root / sandbox_id / f"attempt-{attempt}"
 
 
 def _attempt_dirs(root: Path) -> list[Path]:

@@ -1,8 +1,8 @@
 """Supervisor of one process-backend sandbox; run as a script, standard library only.
 
-    python -I -S process_supervisor.py DIR MEMORY_BYTES -- COMMAND...
+    python -I -S process_supervisor.py DIR MEMORY_BYTES WORKDIR -- COMMAND...
 
-It starts COMMAND in its own session and process group with DIR/work as working
+It starts COMMAND in its own session and process group with WORKDIR as working
 directory and output to DIR/output.log, kills it (SIGKILL) if the resident memory of
 its whole session (every process it started that did not leave it with setsid) passes
 MEMORY_BYTES (0 = no limit), and writes DIR/exit.json when it ends. It
@@ -73,13 +73,13 @@ def write_record(path: str, fields: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
-def spawn(directory: str, command: list[str], log_fd: int) -> int:
+def spawn(workdir: str, command: list[str], log_fd: int) -> int:
     """Fork and exec COMMAND as the leader of a new session; 127 if it cannot start."""
     pid = os.fork()
     if pid == 0:  # the child: never returns
         try:
             os.setsid()
-            os.chdir(os.path.join(directory, "work"))
+            os.chdir(workdir)
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(log_fd, 1)
@@ -91,8 +91,10 @@ def spawn(directory: str, command: list[str], log_fd: int) -> int:
     return pid
 
 
-def supervise(directory: str, memory_limit: int, command: list[str], log_fd: int) -> None:
-    pid = spawn(directory, command, log_fd)
+def supervise(
+    directory: str, memory_limit: int, workdir: str, command: list[str], log_fd: int
+) -> None:
+    pid = spawn(workdir, command, log_fd)
     write_record(os.path.join(directory, "child.json"), {"pid": pid, "pgid": pid})
     oom = False
     polls = 0
@@ -128,10 +130,10 @@ def supervise(directory: str, memory_limit: int, command: list[str], log_fd: int
 
 
 def main(argv: list[str]) -> int:
-    directory, memory_limit, command = argv[1], int(argv[2]), argv[4:]
+    directory, memory_limit, workdir, command = argv[1], int(argv[2]), argv[3], argv[5:]
     log_fd = os.open(os.path.join(directory, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
-        supervise(directory, memory_limit, command, log_fd)
+        supervise(directory, memory_limit, workdir, command, log_fd)
     finally:
         os.close(log_fd)
     return 0

@@ -105,7 +105,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     subprocess.run(["bash", str(REPO_ROOT / "scripts" / "compose-env.sh"), "--file",
                     str(env_file), "--port", str(port)], check=True, timeout=1800)
     with env_file.open("a") as f:
-        f.write(f"SIMPLE_SANDBOX_NETWORK={project}-sandboxes\nSIMPLE_BIND=127.0.0.1\n")
+        f.write(f"SIMPLE_STACK={project}\nSIMPLE_BIND=127.0.0.1\n")
     token = next(line.split("=", 1)[1] for line in env_file.read_text().splitlines()
                  if line.startswith("SIMPLE_API_TOKEN="))
     stack = Stack(project, env_file, port, token)
@@ -114,9 +114,29 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     finally:
         with contextlib.suppress(Exception):
             print(stack.compose("logs", "--no-color", "--tail", "50"))
-        with contextlib.suppress(AssertionError):
-            stack.compose("down", "-v", "--remove-orphans")
+        # never leave a stack behind: its controller would take the next one's sandboxes
+        try:
+            stack.compose("down", "-v", "--remove-orphans", timeout=1200)
+        finally:
+            remove_project(client, project)
         client.close()
+
+
+def remove_project(client: Any, project: str) -> None:
+    """Whatever of the project is still there (containers, its networks, its volumes)."""
+    from docker.errors import APIError, NotFound
+
+    label = {"label": f"com.docker.compose.project={project}"}
+    for container in client.containers.list(all=True, filters=label):
+        with contextlib.suppress(NotFound, APIError):
+            container.remove(force=True, v=True)
+    for network in [*client.networks.list(filters=label),
+                    *client.networks.list(names=[f"{project}-sandboxes"])]:
+        with contextlib.suppress(NotFound, APIError):
+            network.remove()
+    for volume in client.volumes.list(filters=label):
+        with contextlib.suppress(NotFound, APIError):
+            volume.remove(force=True)
 
 
 def wait_ready(stack: Stack) -> None:
@@ -159,7 +179,7 @@ def test_compose_runs_quick_with_postgres_and_s3(stack: Stack) -> None:
     assert stack.exec("controller", "python", "-c", S3_COUNT, run_id).strip() == "7"
     sql = (f"SELECT count(*) FROM sandboxes WHERE run_id = '{run_id}' AND status = 'succeeded';"
            f"SELECT count(*) FROM result_runs WHERE run_id = '{run_id}';")
-    counts = stack.exec("postgres", "psql", "-U", "simple", "-d", "simple", "-tAc", sql)
+    counts = stack.exec("postgres", "psql", "-U", "simple", "-d", stack.project, "-tAc", sql)
     assert counts.split() == ["7", "7"], counts
 
     stack.compose("down", "-v", "--remove-orphans")

@@ -71,7 +71,7 @@ def k8s_settings() -> Settings:
 
 
 @pytest.fixture
-def make_spec() -> MakeSpec:
+def make_spec(k8s_settings: Settings) -> MakeSpec:
     """Build a SandboxSpec; keyword arguments override the defaults."""
 
     def build(sandbox_id: str = "sbx-1", *, run_id: str = "run-1", attempt: int = 1,
@@ -87,7 +87,8 @@ def make_spec() -> MakeSpec:
             snapshot_url=f"http://minio:9000/simple/{run_id}/{sandbox_id}.sqlite?sig=x",
         )
         return SandboxSpec(env=env, image=image, command=command, timeout_s=timeout_s,
-                           resources=Resources(cpu=cpu, memory=memory))
+                           resources=Resources(cpu=cpu, memory=memory),
+                           controller_id=k8s_settings.controller_id)
 
     return build
 
@@ -179,15 +180,28 @@ class FakeCluster:
                                  and not self.emulator.objects[key].deleted))
 
     def put(self, resource: str, obj: dict[str, Any]) -> None:
-        """Store an object as if someone else had created it."""
+        """Store an object as if someone else had created it (watchers see it ADDED)."""
         meta = obj["metadata"]
-        self.on_loop(lambda: self.emulator.objects.__setitem__(
-            (resource, meta.get("namespace", NAMESPACE), meta["name"]), obj))
+        key = (resource, meta.get("namespace", NAMESPACE), meta["name"])
+        self.on_loop(lambda: self.emulator.objects.__setitem__(key, obj))
+        self._publish(resource, "ADDED", key)
 
     def patch(self, resource: str, name: str, changes: dict[str, Any],
               namespace: str = NAMESPACE) -> None:
-        """Merge `changes` into an object, as the Job controller or kubelet would."""
+        """Merge `changes` into an object, as the Job controller or kubelet would (watchers
+        see it MODIFIED)."""
         self.on_loop(lambda: self.emulator.objects[resource, namespace, name].patch(changes))
+        self._publish(resource, "MODIFIED", (resource, namespace, name))
+
+    def _publish(self, resource: str, kind: str, key: tuple[str, str, str]) -> None:
+        """Tell open watches, as the API server does (kmock does it only for API writes)."""
+
+        async def put() -> None:
+            raw = self.emulator.objects[key].raw
+            await self.emulator._buses[self.kmock.resource(resource)].put(
+                {"type": kind, "object": raw})
+
+        asyncio.run_coroutine_threadsafe(put(), self._loop).result(timeout=10)
 
     def start_pod(self, job_name: str, pod_name: str | None = None,
                   created: str = "2026-11-21T12:00:00Z", **status: Any) -> str:
@@ -224,8 +238,9 @@ class FakeCluster:
     def close(self) -> None:
         if self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout=10)
-        self._loop.close()
+        self._thread.join(timeout=3)
+        if not self._thread.is_alive():  # a watch left open keeps it serving: let it be
+            self._loop.close()
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:

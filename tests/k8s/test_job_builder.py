@@ -45,7 +45,8 @@ def test_the_job_is_named_by_the_sandbox_id(make_spec: MakeSpec) -> None:
     assert job["metadata"]["namespace"] == NAMESPACE
 
 
-def test_labels_on_the_job_and_its_pod_template(make_spec: MakeSpec) -> None:
+def test_labels_on_the_job_and_its_pod_template(make_spec: MakeSpec,
+                                                k8s_settings: Settings) -> None:
     job = job_of(make_spec, sandbox_id="sbx-9", run_id="run-3", attempt=2,
                  template_id="board_meeting")
     expected = {
@@ -54,6 +55,7 @@ def test_labels_on_the_job_and_its_pod_template(make_spec: MakeSpec) -> None:
         LABEL_SANDBOX_ID: "sbx-9",
         LABEL_TEMPLATE_ID: "board_meeting",
         "simple.dev/attempt": "2",
+        "simple.dev/controller": k8s_settings.controller_id,  # the informers' selector
     }
     assert job["metadata"]["labels"] == expected
     assert job["spec"]["template"]["metadata"]["labels"] == expected

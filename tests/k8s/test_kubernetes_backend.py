@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -46,10 +46,15 @@ def sleeper() -> FakeSleeper:
 
 @pytest.fixture
 def backend(cluster: FakeCluster, k8s_settings: Settings,
-            sleeper: FakeSleeper) -> KubernetesBackend:
+            sleeper: FakeSleeper) -> Iterator[KubernetesBackend]:
     batch, core = cluster.apis()
-    return KubernetesBackend(k8s_settings, batch_api=batch, core_api=core, clock=lambda: T0,
-                             sleeper=sleeper, jitter=lambda: 1.0, unschedulable_grace_s=120)
+    # Listing on each observe: these tests read right after each change they make; the
+    # watch-fed cache (the default) is tested in test_kubernetes_informers.py.
+    made = KubernetesBackend(k8s_settings, batch_api=batch, core_api=core, clock=lambda: T0,
+                             sleeper=sleeper, jitter=lambda: 1.0, unschedulable_grace_s=120,
+                             informers=False)
+    yield made
+    made.close()  # its watches, before the fake API server stops
 
 
 def container(state: dict[str, Any], ready: bool = False) -> list[dict[str, Any]]:
@@ -87,7 +92,8 @@ def test_observe_finds_jobs_by_the_managed_by_label(backend: KubernetesBackend,
     assert (seen.sandbox_id, seen.run_id, seen.attempt) == ("sbx-mine", "run-7", 2)
     assert seen.state == ObservedState.PENDING
     lists = [r for r in cluster.requests() if r.method == "GET" and r.name is None]
-    assert {r.params["labelSelector"] for r in lists} == {MANAGED_SELECTOR}
+    assert {r.params["labelSelector"] for r in lists} == {backend.selector}
+    assert backend.selector.startswith(MANAGED_SELECTOR + ",simple.dev/controller=")
     assert {r.resource.plural for r in lists} == {"jobs", "pods"}
 
 
@@ -358,7 +364,7 @@ def _scripted(settings: Settings, sleeper: FakeSleeper, batch: ScriptedApi,
               core: ScriptedApi | None = None) -> KubernetesBackend:
     return KubernetesBackend(settings, batch_api=batch, core_api=core or ScriptedApi(),
                              sleeper=sleeper, jitter=lambda: 1.0, max_attempts=4,
-                             backoff_base_s=0.5, backoff_max_s=1.5)
+                             backoff_base_s=0.5, backoff_max_s=1.5, informers=False)
 
 
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 504])

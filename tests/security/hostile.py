@@ -43,8 +43,9 @@ time.sleep(plan.get("after_s", 0))
 """
 
 QUIET_SCRIPT = """
-import time
+import os, time
 print("hello from a quiet sandbox", flush=True)
+print("CWD", os.getcwd(), flush=True)
 time.sleep(60)
 """
 
@@ -54,7 +55,9 @@ ESCAPE_SCRIPT = """
 import json, os, time
 # The test names its own controller (never another process on the machine).
 target = os.getpgid(int(open(os.path.splitext(__file__)[0] + ".input").read()))
-attempt_dir = os.path.dirname(os.getcwd())
+# The working directory is no longer inside it: the supervisor's command line names it.
+argv = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
+attempt_dir = argv[4].decode()
 for name in ("child.json",):
     path = os.path.join(attempt_dir, name)
     try:

@@ -86,3 +86,17 @@ def test_the_memory_limit_covers_the_whole_process_group(served: Served) -> None
     finished = served.wait_run(run_id, timeout_s=90)
     sandbox = finished["sandboxes"][0]
     assert sandbox["status"] == "oom", sandbox
+
+
+def test_sandboxes_work_outside_the_data_directory(served: Served) -> None:
+    """The data directory holds the database, the store and the signing key."""
+    with served.client() as http:
+        run_id = http.post("/v1/runs", json={"templates": ["quiet"]}).json()["run_id"]
+    sandbox_id = sandbox_id_of(served, run_id)
+    wait_for(lambda: "CWD " in logs_of(served, sandbox_id), timeout_s=60, what="its cwd")
+    cwd = Path(logs_of(served, sandbox_id).split("CWD ", 1)[1].splitlines()[0])
+    assert not cwd.resolve().is_relative_to(served.data_dir.resolve()), cwd
+    with served.client() as http:
+        http.post(f"/v1/runs/{run_id}/cancel")
+    served.wait_run(run_id, timeout_s=60)
+    assert not cwd.exists()  # removed with the sandbox
