@@ -29,6 +29,19 @@ ENV_ITEMS_URL = "SIMPLE_ITEMS_URL"
 ENV_RESUME_URL = "SIMPLE_RESUME_URL"
 ENV_INPUT_URL = "SIMPLE_INPUT_URL"  # staged runs: the previous stage's rows
 
+# The variables that grant access (the token, the signed or presigned URLs). A backend may
+# hand them over as files instead: one file per variable, named as it, in the directory
+# SIMPLE_SECRETS_DIR names (Kubernetes: the sandbox's own Secret, mounted read-only).
+CREDENTIAL_NAMES: tuple[str, ...] = (
+    ENV_SANDBOX_TOKEN,
+    ENV_SNAPSHOT_URL,
+    ENV_ITEMS_URL,
+    ENV_RESUME_URL,
+    ENV_INPUT_URL,
+)
+ENV_SECRETS_DIR = "SIMPLE_SECRETS_DIR"
+MAX_CREDENTIAL_BYTES = 64 * 1024
+
 ENV_NAMES: tuple[str, ...] = (
     ENV_SANDBOX_ID,
     ENV_RUN_ID,
@@ -151,8 +164,9 @@ class SandboxEnv:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> SandboxEnv:
-        """Read the contract from `environ` (default: the process environment)."""
-        env = os.environ if environ is None else environ
+        """Read the contract from `environ` (default: the process environment), and the
+        credentials it lacks from the files in SIMPLE_SECRETS_DIR, when it names one."""
+        env = with_credential_files(os.environ if environ is None else environ)
         missing = [name for name in ENV_NAMES if not env.get(name)]
         if missing:
             raise ContractError(
@@ -214,3 +228,27 @@ def _as_int(env: Mapping[str, str], name: str) -> int:
         return int(env[name])
     except ValueError as e:
         raise ContractError(f"{name}={env[name]!r} is not an integer") from e
+
+
+def with_credential_files(environ: Mapping[str, str]) -> Mapping[str, str]:
+    """`environ` plus each credential it lacks read from SIMPLE_SECRETS_DIR/<NAME> (a
+    trailing newline dropped); a missing file means the credential does not apply."""
+    directory = environ.get(ENV_SECRETS_DIR)
+    if not directory:
+        return environ
+    merged = dict(environ)
+    for name in CREDENTIAL_NAMES:
+        if merged.get(name):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_CREDENTIAL_BYTES + 1)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise ContractError(f"cannot read {path} ({ENV_SECRETS_DIR}): {e}") from e
+        if len(data) > MAX_CREDENTIAL_BYTES:
+            raise ContractError(f"{path} is over {MAX_CREDENTIAL_BYTES} bytes")
+        merged[name] = data.decode("utf-8", "replace").rstrip("\n")
+    return merged

@@ -16,17 +16,9 @@ NAMESPACE=simple
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$repo/k8s}"
-helm="${HELM:-}"
-if [[ -z "$helm" ]]; then
-    if [[ -x "$repo/.cache/bin/helm" ]]; then
-        helm="$repo/.cache/bin/helm"
-    elif command -v helm >/dev/null; then
-        helm="$(command -v helm)"
-    else
-        echo "gen-k8s-manifests: no helm; run scripts/install-k8s-tools.sh" >&2
-        exit 1
-    fi
-fi
+me=gen-k8s-manifests
+# shellcheck source=scripts/find-helm.sh
+source "$repo/scripts/find-helm.sh"
 
 rendered="$(mktemp)"
 trap 'rm -f "$rendered"' EXIT

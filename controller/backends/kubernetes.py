@@ -10,7 +10,6 @@ once, chained, with a hint (a 403 names the RBAC verb and resource to grant).
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -19,14 +18,26 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from controller.backends.base import Backend, Notify, Observed, SandboxSpec
+from controller.backends.kubernetes_api import (
+    KubernetesApiError,
+    api_error,
+    body_bytes,
+    is_transient,
+    json_of,
+    load_api_client,
+    retry_after,
+)
 from controller.backends.kubernetes_informer import WATCH_TIMEOUT_S, Gone, Informer
 from controller.backends.kubernetes_job import (
+    CONFIG_ERROR_GRACE_S,
     CONTAINER_NAME,
     attempt_key,
     build_job,
+    build_secret,
     object_name,
     observe_job,
     pod_order,
+    secret_name,
 )
 from controller.errors import BackendError, NotFoundError, UnavailableError
 from controller.retry import backoff_s
@@ -47,25 +58,17 @@ log = logging.getLogger(__name__)
 # The chart's Role (charts/simple/templates/controller/role.yaml) grants exactly this
 # (tests/k8s/test_chart.py), and every call the backend makes is covered by it
 # (tests/k8s/test_kubernetes_backend.py). The backend itself calls create/get/list/delete
-# on jobs, list on pods and get on pods/log; get and watch on pods and watch on jobs let
-# tools that follow sandboxes (kubectl get -w, logs -f) run under the same identity.
+# on jobs, create/get/delete on secrets (each sandbox's own), list on pods and get on
+# pods/log; get and watch on pods and watch on jobs let tools that follow sandboxes
+# (kubectl get -w, logs -f) run under the same identity.
 REQUIRED_RBAC: dict[tuple[str, str], frozenset[str]] = {
     ("batch", "jobs"): frozenset({"create", "get", "list", "watch", "delete"}),
     ("", "pods"): frozenset({"get", "list", "watch"}),
     ("", "pods/log"): frozenset({"get"}),
+    ("", "secrets"): frozenset({"create", "get", "delete"}),
 }
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={LABEL_MANAGED_BY_VALUE}"
-
-
-class KubernetesApiError(BackendError):
-    """A Kubernetes API call failed with an HTTP status (0 when none came back)."""
-
-    def __init__(
-        self, message: str, *, status: int, hint: str | None = None, transient: bool = False
-    ) -> None:
-        super().__init__(message, hint=hint, transient=transient)
-        self.status = status
 
 
 class KubernetesBackend(Backend):
@@ -74,6 +77,7 @@ class KubernetesBackend(Backend):
     name = "kubernetes"
     supports_adoption = True
     supports_oom_detection = True
+    stop_removes_output = True  # stopping deletes the Job, its Pods and their logs
 
     def __init__(
         self,
@@ -90,6 +94,7 @@ class KubernetesBackend(Backend):
         backoff_max_s: float = 8.0,
         request_timeout_s: float = 15.0,
         unschedulable_grace_s: float = 300.0,
+        config_error_grace_s: float = CONFIG_ERROR_GRACE_S,
         informers: bool = True,
     ) -> None:
         super().__init__(notify)
@@ -113,6 +118,7 @@ class KubernetesBackend(Backend):
         self._backoff_max_s = backoff_max_s
         self._request_timeout_s = request_timeout_s
         self._unschedulable_grace_s = unschedulable_grace_s
+        self._config_error_grace_s = config_error_grace_s
 
     # -- Backend interface ------------------------------------------------------------
 
@@ -121,15 +127,21 @@ class KubernetesBackend(Backend):
         return build_job(spec, self.namespace, self.service_account, self.job_ttl_s)
 
     def launch(self, spec: SandboxSpec) -> None:
-        """Create the Job. The same attempt's Job is adopted, an earlier attempt's replaced."""
+        """Create the Job, then its Secret. The same attempt's Job is adopted, an earlier
+        attempt's replaced. A Secret that cannot be created takes its Job with it."""
         body = self.render(spec)
         batch, _ = self._apis()
         try:
-            self._call("create", "jobs", batch.create_namespaced_job, self.namespace, body)
+            job = json_of(
+                self._call("create", "jobs", batch.create_namespaced_job, self.namespace, body)
+            )
         except KubernetesApiError as e:
             if e.status != 409:
                 raise
-            if self._holds_attempt(spec):
+            held = self._job_of_attempt(spec)
+            if held is None:
+                job = self._replace_earlier_attempt(batch, spec, body)
+            else:
                 # A create that reached the API before a restart or a lost answer.
                 log.info(
                     "Job %s/%s (attempt %d) already exists; adopting it",
@@ -137,8 +149,8 @@ class KubernetesBackend(Backend):
                     spec.sandbox_id,
                     spec.env.attempt,
                 )
-                return
-            self._replace_earlier_attempt(batch, spec, body)
+                job = held
+        self._create_secret(spec, job)
         log.info(
             "launched Job %s/%s (run %s, attempt %d)",
             self.namespace,
@@ -164,7 +176,11 @@ class KubernetesBackend(Backend):
         observed = []
         for job in jobs:
             seen = observe_job(
-                job, pods_by_attempt.get(attempt_key(job), []), now, self._unschedulable_grace_s
+                job,
+                pods_by_attempt.get(attempt_key(job), []),
+                now,
+                self._unschedulable_grace_s,
+                self._config_error_grace_s,
             )
             if seen is None:
                 log.warning("ignoring Job %s: it lacks SIMPLE's labels", object_name(job))
@@ -215,7 +231,7 @@ class KubernetesBackend(Backend):
             if e.status == 400:  # "container ... is waiting to start": no output yet
                 return b""
             raise
-        return _body_bytes(response)
+        return body_bytes(response)
 
     def check(self) -> None:
         """Raise UnavailableError when the API cannot be reached or refuses to list Jobs."""
@@ -245,23 +261,85 @@ class KubernetesBackend(Backend):
 
     # -- helpers ----------------------------------------------------------------------
 
-    def _holds_attempt(self, spec: SandboxSpec) -> bool:
-        """Whether the Job named like the sandbox is this very attempt's."""
+    def _job_of_attempt(self, spec: SandboxSpec) -> dict[str, Any] | None:
+        """The Job named like the sandbox if it is this very attempt's, else None."""
         batch, _ = self._apis()
         try:
-            existing = _json(
+            existing = json_of(
                 self._call(
                     "get", "jobs", batch.read_namespaced_job, spec.sandbox_id, self.namespace
                 )
             )
         except KubernetesApiError as e:
             if e.status == 404:  # deleted in between
-                return False
+                return None
             raise
         labels = (existing.get("metadata") or {}).get("labels") or {}
-        return labels.get(LABEL_ATTEMPT) == str(spec.env.attempt)
+        return existing if labels.get(LABEL_ATTEMPT) == str(spec.env.attempt) else None
 
-    def _replace_earlier_attempt(self, batch: Any, spec: SandboxSpec, body: dict[str, Any]) -> None:
+    # The Secret is created after its Job, because it names the Job as its owner by the uid
+    # the API server gives the Job on create; the garbage collector then deletes it with the
+    # Job, however the Job goes (the controller, its TTL, a person). A Pod scheduled before
+    # the Secret exists waits for its volume and the kubelet retries the mount, so a Secret
+    # created a moment later is simply picked up. The other order (Secret, Job, then
+    # patching the owner in) costs a third write per launch and leaves an unowned Secret when
+    # the controller stops between the writes; this order leaves a Job whose Pod waits until
+    # its activeDeadlineSeconds (the template's timeout) ends it, and a retry makes both anew.
+    def _create_secret(self, spec: SandboxSpec, job: Mapping[str, Any]) -> None:
+        """Create the sandbox's Secret, owned by `job`; on failure delete the Job and raise."""
+        _, core = self._apis()
+        try:
+            body = build_secret(spec, self.namespace, job)
+            try:
+                self._call("create", "secrets", core.create_namespaced_secret, self.namespace, body)
+            except KubernetesApiError as e:
+                if e.status != 409:
+                    raise
+                self._replace_leftover_secret(spec, body)
+        except BackendError as e:
+            log.warning(
+                "cannot create Secret %s/%s; deleting its Job so no half-made sandbox stays",
+                self.namespace,
+                secret_name(spec.sandbox_id),
+            )
+            self._delete_quietly("jobs", spec.sandbox_id)
+            raise BackendError(
+                f"cannot launch sandbox {spec.sandbox_id}: its Secret was not created "
+                f"({e.message}); its Job was deleted",
+                hint=e.hint,
+                transient=e.transient,
+            ) from e
+
+    def _replace_leftover_secret(self, spec: SandboxSpec, body: dict[str, Any]) -> None:
+        """A Secret holds the name: replace it if it is this sandbox's (a Secret is immutable,
+        so delete and create), refuse to touch anyone else's."""
+        _, core = self._apis()
+        name = secret_name(spec.sandbox_id)
+        try:
+            existing = json_of(
+                self._call("get", "secrets", core.read_namespaced_secret, name, self.namespace)
+            )
+        except KubernetesApiError as e:
+            if e.status != 404:  # 404: deleted in between, so the name is free again
+                raise
+        else:
+            labels = (existing.get("metadata") or {}).get("labels") or {}
+            if (
+                labels.get(LABEL_MANAGED_BY) != LABEL_MANAGED_BY_VALUE
+                or labels.get(LABEL_SANDBOX_ID) != spec.sandbox_id
+            ):
+                raise KubernetesApiError(
+                    f"Secret {self.namespace}/{name} exists and is not sandbox "
+                    f"{spec.sandbox_id}'s (it lacks SIMPLE's labels), so it was left alone",
+                    status=409,
+                    hint="rename or delete that Secret, or run SIMPLE in a namespace of its own",
+                )
+            self._delete_quietly("secrets", name)
+        self._call("create", "secrets", core.create_namespaced_secret, self.namespace, body)
+
+    def _replace_earlier_attempt(
+        self, batch: Any, spec: SandboxSpec, body: dict[str, Any]
+    ) -> dict[str, Any]:
         """An earlier attempt's leftover holds the name: delete it and create once more."""
         log.info(
             "replacing a leftover Job %s/%s with attempt %d",
@@ -271,7 +349,9 @@ class KubernetesBackend(Backend):
         )
         self._delete_job(spec.sandbox_id)
         try:
-            self._call("create", "jobs", batch.create_namespaced_job, self.namespace, body)
+            return json_of(
+                self._call("create", "jobs", batch.create_namespaced_job, self.namespace, body)
+            )
         except KubernetesApiError as e:
             if e.status != 409:
                 raise
@@ -284,6 +364,9 @@ class KubernetesBackend(Backend):
             ) from e
 
     def _delete_job(self, sandbox_id: str) -> bool:
+        """Delete the Job (its Pods in the background) and its Secret; False if no Job was
+        there. The garbage collector deletes the Secret with the Job anyway: deleting it here
+        too means a token never outlives its sandbox by the collector's delay."""
         batch, _ = self._apis()
         try:
             self._call(
@@ -295,10 +378,30 @@ class KubernetesBackend(Backend):
                 propagation_policy="Background",
             )
         except KubernetesApiError as e:
-            if e.status == 404:
-                return False
-            raise
-        return True
+            if e.status != 404:
+                raise
+            deleted = False
+        else:
+            deleted = True
+        self._delete_quietly("secrets", secret_name(sandbox_id))
+        return deleted
+
+    def _delete_quietly(self, resource: str, name: str) -> None:
+        """Delete a Job or Secret as a clean-up: gone already is fine, failing is a warning
+        (the garbage collector, or the Job's deadline, still ends it)."""
+        batch, core = self._apis()
+        method = (
+            core.delete_namespaced_secret if resource == "secrets" else batch.delete_namespaced_job
+        )
+        try:
+            self._call(
+                "delete", resource, method, name, self.namespace, propagation_policy="Background"
+            )
+        except KubernetesApiError as e:
+            if e.status != 404:
+                log.warning(
+                    "could not delete %s %s/%s: %s", resource, self.namespace, name, e.message
+                )
 
     def _list(
         self, resource: str, method: Callable[..., Any], selector: str
@@ -316,7 +419,7 @@ class KubernetesBackend(Backend):
             page_args: dict[str, Any] = {"label_selector": selector, "limit": 500}
             if token:
                 page_args["_continue"] = token
-            page = _json(self._call("list", resource, method, self.namespace, **page_args))
+            page = json_of(self._call("list", resource, method, self.namespace, **page_args))
             items.extend(page.get("items") or [])
             meta = page.get("metadata") or {}
             version = version or meta.get("resourceVersion")
@@ -339,9 +442,7 @@ class KubernetesBackend(Backend):
                 self._informers = (jobs, pods)
             return self._informers
 
-    def _informer(
-        self, kind: str, lister: Callable[..., Any], labels: dict[str, str]
-    ) -> Informer:
+    def _informer(self, kind: str, lister: Callable[..., Any], labels: dict[str, str]) -> Informer:
         def list_all() -> tuple[list[Mapping[str, Any]], str | None]:
             return self._list_versioned(kind, lister, self.selector)
 
@@ -382,7 +483,7 @@ class KubernetesBackend(Backend):
         if self._batch is None or self._core is None:
             from kubernetes import client
 
-            self._api_client = _load_api_client()
+            self._api_client = load_api_client()
             self._batch = self._batch or client.BatchV1Api(self._api_client)
             self._core = self._core or client.CoreV1Api(self._api_client)
         return self._batch, self._core
@@ -405,9 +506,9 @@ class KubernetesBackend(Backend):
                 return method(*args, **kwargs)
             except ApiException as e:
                 status = int(e.status or 0)
-                if not _is_transient(status) or last:
-                    raise _api_error(e, verb, resource, self.namespace, attempt) from e
-                delay = self._backoff(attempt, _retry_after(e))
+                if not is_transient(status) or last:
+                    raise api_error(e, verb, resource, self.namespace, attempt) from e
+                delay = self._backoff(attempt, retry_after(e))
                 log.warning(
                     "%s %s: %s %s; retry %d/%d in %.1fs",
                     verb,
@@ -449,110 +550,3 @@ class KubernetesBackend(Backend):
         if retry_after_s is not None:
             delay = max(delay, min(retry_after_s, self._backoff_max_s))
         return delay
-
-
-def _json(answer: Any) -> dict[str, Any]:
-    """An API answer as the JSON dict the server sent (camelCase keys)."""
-    if isinstance(answer, Mapping):
-        return dict(answer)
-    data = _body_bytes(answer)
-    return dict(json.loads(data)) if data else {}
-
-
-def _body_bytes(response: Any) -> bytes:
-    if isinstance(response, bytes):
-        return response
-    if isinstance(response, str):
-        return response.encode()
-    return bytes(response.data)
-
-
-# -- API errors -------------------------------------------------------------------------
-
-
-def _is_transient(status: int) -> bool:
-    return status == 429 or 500 <= status <= 599
-
-
-def _retry_after(e: Any) -> float | None:
-    headers = getattr(e, "headers", None) or {}
-    try:
-        return float(str(headers.get("Retry-After")))
-    except (TypeError, ValueError):
-        return None
-
-
-def _api_error(
-    e: Any, verb: str, resource: str, namespace: str, attempts: int
-) -> KubernetesApiError:
-    """A BackendError that names the call, the API's reason, and what to do."""
-    status = int(e.status or 0)
-    message = _status_message(e)
-    what = f"cannot {verb} {resource} in namespace {namespace!r}: {e.reason} ({status})"
-    if message:
-        what += f": {message}"
-    hint: str | None = None
-    transient = False
-    if _is_transient(status):
-        what += f" after {attempts} attempts"
-        hint, transient = "the API server is overloaded or restarting; try again later", True
-    elif status == 403 and "exceeded quota" in message:
-        hint, transient = (
-            ("the namespace's ResourceQuota is used up; lower max_parallel or raise the quota"),
-            True,
-        )
-    elif status == 403:
-        hint = (
-            f"the controller's ServiceAccount needs `{verb}` on `{resource}` in namespace "
-            f"{namespace!r} (the chart's Role grants it; see docs/kubernetes.md)"
-        )
-    elif status == 401:
-        hint = "the API server refused the controller's credentials: check its token or kubeconfig"
-    elif status == 404:
-        hint = f"check that namespace {namespace!r} exists (SIMPLE_KUBERNETES_NAMESPACE)"
-    elif status in (400, 422):
-        hint = (
-            "the API server refused the manifest; see it with "
-            "`simplectl run --backend kubernetes --dry-run -o yaml`"
-        )
-    elif status == 0:
-        hint = "no HTTP answer: check the API server address and its TLS certificate"
-    return KubernetesApiError(what, status=status, hint=hint, transient=transient)
-
-
-def _status_message(e: Any) -> str:
-    """The `message` of the Status object the API server answers errors with."""
-    body = getattr(e, "body", None)
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", "replace")
-    if not body:
-        return ""
-    try:
-        decoded = json.loads(body)
-    except ValueError:
-        return str(body)[:300]
-    return str(decoded.get("message", "")) if isinstance(decoded, dict) else ""
-
-
-def _load_api_client() -> Any:
-    """An ApiClient from in-cluster config, else kubeconfig; reads files, contacts nothing."""
-    try:
-        from kubernetes import client, config
-    except ImportError as e:
-        raise UnavailableError(
-            "the kubernetes backend needs the `kubernetes` package",
-            hint="pip install 'simple-orchestrator[kubernetes]'",
-        ) from e
-    configuration = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException:
-        try:
-            config.load_kube_config(client_configuration=configuration)
-        except (config.ConfigException, OSError) as e:
-            raise UnavailableError(
-                f"no Kubernetes credentials: not in a cluster and no usable kubeconfig ({e})",
-                hint="run the controller in-cluster with its ServiceAccount, or set KUBECONFIG",
-            ) from e
-    configuration.retries = 0  # retries are this module's policy, not urllib3's
-    return client.ApiClient(configuration)

@@ -5,7 +5,9 @@ No I/O and no `kubernetes` import: `simplectl run --dry-run` renders Jobs offlin
 and both directions are tested as plain data. The Job is named by the sandbox id (so
 `kubectl logs job/<sandbox-id>` works), carries the labels of docs/architecture.md on itself and
 its Pod, and runs under the restricted Pod Security Standard with a read-only root
-filesystem; only /work (the working dir) and /tmp are writable.
+filesystem; only /work (the working dir) and /tmp are writable. What grants access (the
+sandbox token and the signed URLs) is not in the Job: it goes into a per-sandbox Secret
+owned by the Job (`build_secret`), mounted read-only as files (SIMPLE_SECRETS_DIR).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from datetime import datetime
 from typing import Any
 
 from controller.backends.base import Observed, ObservedState, Resources, SandboxSpec
-from controller.errors import InputError
+from controller.errors import BackendError, InputError
 from sandbox_image.contract import (
+    CREDENTIAL_NAMES,
+    ENV_SECRETS_DIR,
     LABEL_ATTEMPT,
     LABEL_CONTROLLER,
     LABEL_RUN_ID,
@@ -32,6 +36,14 @@ TMP_DIR = "/tmp"
 # Bounded scratch space, so a runaway sandbox cannot fill the node's disk.
 WORK_SIZE_LIMIT = "2Gi"
 TMP_SIZE_LIMIT = "512Mi"
+# The variables that grant access: the token authorizes the sandbox's routes, the URLs
+# carry signatures (or presigned S3 credentials). Anyone who may read Jobs (or Pods) in the
+# namespace would otherwise read them; they live in the sandbox's own Secret instead.
+# The container reads them as files (SIMPLE_SECRETS_DIR), never from its environment,
+# which child processes inherit and /proc shows.
+SECRET_ENV_NAMES = frozenset(CREDENTIAL_NAMES)
+SECRET_SUFFIX = "-env"
+SECRETS_DIR = "/var/run/simple/credentials"
 
 # Kubernetes' own quantity grammar (k8s.io/apimachinery resource.Quantity), non-negative.
 _QUANTITY = re.compile(
@@ -45,6 +57,13 @@ IMAGE_PULL_HINT = (
     "registry, and, for a private registry, the sandbox ServiceAccount's imagePullSecrets "
     "(chart value sandbox.serviceAccount.imagePullSecrets)"
 )
+CONFIG_ERROR_REASON = "CreateContainerConfigError"
+CONFIG_ERROR_HINT = (
+    "the kubelet cannot create the container from its configuration, most often an image "
+    "whose user is root: sandboxes run as non-root (give the image a numeric USER, e.g. "
+    "10001)"
+)
+CONFIG_ERROR_GRACE_S = 120.0  # the kubelet retries every ~10 s
 UNSCHEDULABLE_HINT = (
     "no node can fit the sandbox: lower the template's resources (cpu, memory), "
     "add nodes, or check taints and the namespace's ResourceQuota"
@@ -103,6 +122,7 @@ def _pod_spec(spec: SandboxSpec, service_account: str) -> dict[str, Any]:
         "volumeMounts": [
             {"name": "work", "mountPath": WORK_DIR},
             {"name": "tmp", "mountPath": TMP_DIR},
+            {"name": "credentials", "mountPath": SECRETS_DIR, "readOnly": True},
         ],
         # The last log lines become the termination message when the sandbox fails.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -128,15 +148,63 @@ def _pod_spec(spec: SandboxSpec, service_account: str) -> dict[str, Any]:
         "volumes": [
             {"name": "work", "emptyDir": {"sizeLimit": WORK_SIZE_LIMIT}},
             {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}},
+            # Files owned by root and the pod's fsGroup, readable by that group only.
+            {"name": "credentials",
+             "secret": {"secretName": secret_name(spec.sandbox_id), "defaultMode": 0o440}},
         ],
     }
 
 
-def _env(spec: SandboxSpec) -> list[dict[str, str]]:
-    env = [{"name": name, "value": value} for name, value in spec.env.to_environ().items()]
+def _env(spec: SandboxSpec) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = []
+    for name, value in spec.env.to_environ().items():
+        if name not in SECRET_ENV_NAMES:
+            env.append({"name": name, "value": value})
+    env.append({"name": ENV_SECRETS_DIR, "value": SECRETS_DIR})
     # The root filesystem is read-only: tools that write under $HOME get the working dir.
     env.append({"name": "HOME", "value": WORK_DIR})
     return env
+
+
+def secret_name(sandbox_id: str) -> str:
+    """The name of the sandbox's Secret (a sandbox id has at most 63 characters, a Secret's
+    name may have 253)."""
+    return sandbox_id + SECRET_SUFFIX
+
+
+def build_secret(spec: SandboxSpec, namespace: str, job: Mapping[str, Any]) -> dict[str, Any]:
+    """The Secret holding the sandbox's SECRET_ENV_NAMES, owned by its created `job` (which
+    must carry the uid the API server gave it): the garbage collector deletes the Secret
+    with the Job, whether the controller, its TTL or a person deletes the Job."""
+    meta = job.get("metadata") or {}
+    if not meta.get("uid"):
+        raise BackendError(
+            f"the API server's answer for Job {meta.get('name')!r} has no uid, so the "
+            "sandbox's Secret cannot name the Job as its owner",
+            hint="check that the controller talks to a Kubernetes API server",
+        )
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+    }
+    values = spec.env.to_environ()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret_name(spec.sandbox_id),
+            "namespace": namespace,
+            "labels": dict(spec.labels),
+            "ownerReferences": [owner],
+        },
+        "type": "Opaque",
+        # Each attempt has its own token: a retry replaces the Secret, never edits it.
+        "immutable": True,
+        "stringData": {name: values[name] for name in sorted(SECRET_ENV_NAMES) if name in values},
+    }
 
 
 def _resources(resources: Resources) -> dict[str, dict[str, str]]:
@@ -197,6 +265,7 @@ def observe_job(
     pods: Iterable[Mapping[str, Any]],
     now: float,
     unschedulable_grace_s: float,
+    config_error_grace_s: float = CONFIG_ERROR_GRACE_S,
 ) -> Observed | None:
     """What a Job and its Pods say about one attempt; None for a Job without our labels."""
     labels = (job.get("metadata") or {}).get("labels") or {}
@@ -258,6 +327,16 @@ def observe_job(
         return seen(
             ObservedState.EXITED,
             reason=_describe(waiting["reason"], waiting.get("message"), IMAGE_PULL_HINT),
+        )
+    created = _timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
+    if (
+        waiting.get("reason") == CONFIG_ERROR_REASON
+        and created is not None
+        and now - created >= config_error_grace_s
+    ):
+        return seen(
+            ObservedState.EXITED,
+            reason=_describe(CONFIG_ERROR_REASON, waiting.get("message"), CONFIG_ERROR_HINT),
         )
     unschedulable = _unschedulable_since(pod)
     if unschedulable is not None and now - unschedulable[0] >= unschedulable_grace_s:

@@ -13,6 +13,7 @@ import asyncio
 import os
 import shutil
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -114,7 +115,7 @@ class FakeCluster:
     async def _main(self) -> None:
         kmock = self.kmock
         try:
-            async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
+            async with _emulator_class(kmock)() as emulator, kmock.Server(emulator) as server:
                 self.emulator = emulator
                 self.url = str(server.url).rstrip("/")
                 self._stop = asyncio.Event()
@@ -175,9 +176,16 @@ class FakeCluster:
             "batch/v1/jobs", namespace, name].raw))
 
     def has_job(self, name: str, namespace: str = NAMESPACE) -> bool:
-        key = ("batch/v1/jobs", namespace, name)
+        return self.has("batch/v1/jobs", name, namespace)
+
+    def has(self, resource: str, name: str, namespace: str = NAMESPACE) -> bool:
+        key = (self.kmock.resource(resource), namespace, name)
         return bool(self.on_loop(lambda: key in self.emulator.objects
                                  and not self.emulator.objects[key].deleted))
+
+    def secret(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+        return dict(self.on_loop(lambda: self.emulator.objects["v1/secrets", namespace,
+                                                                name].raw))
 
     def put(self, resource: str, obj: dict[str, Any]) -> None:
         """Store an object as if someone else had created it (watchers see it ADDED)."""
@@ -222,6 +230,16 @@ class FakeCluster:
     def requests(self) -> list[Any]:
         return list(self.on_loop(lambda: list(self.emulator)))
 
+    def take_requests(self) -> list[Any]:
+        """The requests so far, and forget them: kmock matches every new request against
+        its whole log, so a long bench hands them over in slices (its `_requests` list is
+        the log its views read)."""
+        def take() -> list[Any]:
+            taken = list(self.emulator)
+            self.emulator._requests.clear()
+            return taken
+        return list(self.on_loop(take))
+
     def fail(self, criteria: tuple[Any, ...], status: int, message: str, times: int,
              headers: dict[str, str] | None = None) -> None:
         """Answer the next `times` requests matching `criteria` with an API error."""
@@ -243,6 +261,19 @@ class FakeCluster:
             self._loop.close()
 
 
+def _emulator_class(kmock: Any) -> Any:
+    """kmock's emulator, which also gives every created object a uid, as the API server does
+    (ownerReferences name their owner by it), also when a scripted failure answers."""
+
+    class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
+        async def _handle(self, request: Any) -> Any:
+            if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+                request.data.setdefault("metadata", {}).setdefault("uid", str(uuid.uuid4()))
+            return await super()._handle(request)
+
+    return Emulator
+
+
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
             "code": code, "reason": reason, "message": message}
@@ -255,3 +286,22 @@ def cluster() -> Iterator[FakeCluster]:
         yield fake
     finally:
         fake.close()
+
+
+def request_kinds(requests: list[Any], counts: dict[str, int] | None = None
+                  ) -> dict[str, int]:
+    """`counts` (or zeros) plus kmock's `requests` by kind: list, watch, create, delete,
+    log, other."""
+    counts = dict(counts or dict.fromkeys(("list", "watch", "create", "log", "delete", "other"), 0))
+    for r in requests:
+        if r.method == "GET" and r.name is None:
+            counts["watch" if r.params.get("watch") in ("true", "True", "1") else "list"] += 1
+        elif r.method == "POST":
+            counts["create"] += 1
+        elif r.method == "DELETE":
+            counts["delete"] += 1
+        elif r.method == "GET" and r.subresource == "log":
+            counts["log"] += 1
+        else:
+            counts["other"] += 1
+    return counts

@@ -1,8 +1,9 @@
 """The Helm chart (charts/simple) and the plain manifests (k8s/), rendered without a cluster.
 
 `helm lint --strict` and `helm template` for every ci/*-values.yaml; every rendered object
-validated strictly against the Kubernetes 1.29 and 1.33 schemas (kubernetes-validate);
-the Role equal to the backend's REQUIRED_RBAC; restricted pods everywhere; k8s/ in step.
+validated strictly against the Kubernetes 1.30 and 1.33 schemas (kubernetes-validate);
+the Role equal to the backend's REQUIRED_RBAC; restricted pods everywhere; images pinned,
+never `latest`; k8s/ in step. The admission policy's rules: test_admission_policy.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from tests.k8s.conftest import REPO_ROOT, MakeSpec, import_tool
 
 CHART = REPO_ROOT / "charts" / "simple"
 CI_VALUES = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
-KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")  # kubernetes-validate 1.37.0 has both schemas
+# The chart's kubeVersion floor (ValidatingAdmissionPolicy v1) and a recent release;
+# kubernetes-validate 1.37.0 has both schemas.
+KUBERNETES_VERSIONS = ("1.30.0", "1.33.0")
 RELEASE, NAMESPACE = "simple", "simple"
 WORKLOADS = {"Deployment", "StatefulSet", "Job"}
 
@@ -65,6 +68,19 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
+def secret_files(docs: list[dict[str, Any]], container: str = "controller") -> dict[str, Any]:
+    """The controller's credentials: file name in SIMPLE_SECRETS_DIR -> {name, key} of the
+    Secret it is projected from."""
+    directory = env_of(controller(docs, container))["SIMPLE_SECRETS_DIR"]
+    [mount] = [m for m in controller(docs, container)["volumeMounts"]
+               if m["mountPath"] == directory]
+    assert mount["readOnly"] is True
+    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    [volume] = [v for v in volumes if v["name"] == mount["name"]]
+    return {item["path"]: {"name": source["secret"]["name"], "key": item["key"]}
+            for source in volume["projected"]["sources"] for item in source["secret"]["items"]}
+
+
 def pod_specs(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     return [(f"{d['kind']}/{d['metadata']['name']}", d["spec"]["template"]["spec"])
             for d in docs if d["kind"] in WORKLOADS]
@@ -75,7 +91,8 @@ def pod_specs(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
 
 def test_there_is_a_ci_values_file_per_feature() -> None:
     assert {"default-values.yaml", "existing-secrets-values.yaml", "networkpolicy-off-values.yaml",
-            "extra-catalog-values.yaml", "evaluation-values.yaml"} <= set(CI_VALUES)
+            "extra-catalog-values.yaml", "evaluation-values.yaml",
+            "admissionpolicy-off-values.yaml"} <= set(CI_VALUES)
 
 
 @pytest.mark.parametrize("values", CI_VALUES)
@@ -174,6 +191,29 @@ def test_the_role_grants_exactly_required_rbac(helm: str) -> None:
     assert not [d for d in render(helm) if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
 
 
+@pytest.mark.parametrize("values", [*CI_VALUES, "../values-evaluation.yaml"])
+def test_no_image_is_latest_or_untagged(helm: str, values: str) -> None:
+    text = helm_run(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f",
+                    str(CHART / "ci" / values)).stdout
+    assert text and ":latest" not in text
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    images = [c["image"] for _, spec in pod_specs(docs)
+              for c in spec["containers"] + spec.get("initContainers", [])]
+    env = env_of(controller(docs))
+    images.append(env["SIMPLE_DEFAULT_IMAGE"])  # what sandboxes of templates without one run
+    for image in images:
+        tag = image.rsplit("/", 1)[-1].partition(":")[2]
+        assert tag and tag != "latest", f"{values}: {image} is not pinned"
+
+
+def test_images_default_to_the_charts_app_version(helm: str) -> None:
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    docs = render(helm)
+    assert controller(docs)["image"] == f"simple-controller:{app_version}"
+    assert controller(docs, "db-upgrade")["image"] == f"simple-controller:{app_version}"
+    assert env_of(controller(docs))["SIMPLE_DEFAULT_IMAGE"] == f"simple-sandbox:{app_version}"
+
+
 # -- the controller --------------------------------------------------------------------
 
 
@@ -194,8 +234,10 @@ def test_controller_env_and_probes(helm: str) -> None:
         "SIMPLE_CONTROLLER_URL")  # $(VAR) expands only earlier variables
     assert env["SIMPLE_STORE_URL"] == "file:///var/lib/simple/store"
     assert env["SIMPLE_DEFAULT_IMAGE"] == "simple-sandbox:0.1.0"  # the appVersion
-    assert env["SIMPLE_API_TOKENS"] == {"secretKeyRef": {"name": "simple-api-tokens",
-                                                         "key": "api-tokens"}}
+    assert "SIMPLE_API_TOKENS" not in env  # a file in SIMPLE_SECRETS_DIR
+    assert secret_files(docs) == {"SIMPLE_API_TOKENS": {"name": "simple-api-tokens",
+                                                        "key": "api-tokens"}}
+    assert secret_files(docs, "db-upgrade") == secret_files(docs)
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
@@ -217,7 +259,7 @@ def test_the_sandbox_defaults_agree_with_the_backend(helm: str, make_spec: MakeS
     env = env_of(controller(docs))
     job = build_job(make_spec(), "simple", env["SIMPLE_KUBERNETES_SANDBOX_SERVICE_ACCOUNT"],
                     int(env["SIMPLE_KUBERNETES_JOB_TTL_S"]))
-    policy = one(docs, "NetworkPolicy")
+    policy = one(docs, "NetworkPolicy", "simple-sandbox")
     selected = policy["spec"]["podSelector"]["matchLabels"]
     assert selected.items() <= job["spec"]["template"]["metadata"]["labels"].items()
     assert env["SIMPLE_KUBERNETES_SANDBOX_SERVICE_ACCOUNT"] == (
@@ -229,7 +271,7 @@ def test_the_sandbox_defaults_agree_with_the_backend(helm: str, make_spec: MakeS
 
 def test_network_policy_default_allows_only_controller_and_dns(helm: str) -> None:
     docs = render(helm)
-    spec = one(docs, "NetworkPolicy")["spec"]
+    spec = one(docs, "NetworkPolicy", "simple-sandbox")["spec"]
     assert spec["podSelector"] == {"matchLabels": {"app.kubernetes.io/managed-by": "simple"}}
     assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
     controller_labels = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
@@ -240,13 +282,48 @@ def test_network_policy_default_allows_only_controller_and_dns(helm: str) -> Non
 
 
 def test_network_policy_reaches_s3_by_cidr_or_selector(helm: str) -> None:
-    egress = one(render(helm, "production-values.yaml"), "NetworkPolicy")["spec"]["egress"]
+    egress = one(render(helm, "production-values.yaml"), "NetworkPolicy",
+                 "simple-sandbox")["spec"]["egress"]
     s3 = egress[-1]
     assert {"ipBlock": {"cidr": "10.96.0.0/12"}} in s3["to"]
     assert any(peer.get("podSelector") == {"matchLabels": {"app": "minio"}} for peer in s3["to"])
     assert s3["ports"] == [{"protocol": "TCP", "port": 9000}]
-    evaluation = one(render(helm, "evaluation-values.yaml"), "NetworkPolicy")["spec"]["egress"]
+    evaluation = one(render(helm, "evaluation-values.yaml"), "NetworkPolicy",
+                     "simple-sandbox")["spec"]["egress"]
     assert any(r["ports"] == [{"protocol": "TCP", "port": 9000}] for r in evaluation)
+
+
+def _selects(policy: dict[str, Any], labels: dict[str, str]) -> bool:
+    return policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+
+
+@pytest.mark.parametrize("values", ["default-values.yaml", "evaluation-values.yaml"])
+def test_every_pod_of_the_chart_is_selected_by_a_network_policy(helm: str, values: str) -> None:
+    docs = render(helm, values)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    for d in docs:
+        if d["kind"] in WORKLOADS:
+            labels = d["spec"]["template"]["metadata"]["labels"]
+            assert any(_selects(p, labels) for p in policies), d["metadata"]["name"]
+
+
+def test_who_may_reach_the_controller_and_the_evaluation_services(helm: str) -> None:
+    docs = render(helm, "evaluation-values.yaml")
+    controller_labels = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    ingress = one(docs, "NetworkPolicy", "simple-controller")["spec"]
+    assert ingress["policyTypes"] == ["Ingress"]
+    assert ingress["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8080}]}]
+    postgres = one(docs, "NetworkPolicy", "simple-postgresql")["spec"]["ingress"]
+    assert postgres == [{"from": [{"podSelector": {"matchLabels": controller_labels}}],
+                         "ports": [{"protocol": "TCP", "port": 5432}]}]
+    [minio] = one(docs, "NetworkPolicy", "simple-minio")["spec"]["ingress"]
+    sources = [peer["podSelector"]["matchLabels"] for peer in minio["from"]]
+    bucket_job = one(docs, "Job")["spec"]["template"]["metadata"]["labels"]
+    assert controller_labels in sources
+    assert {"app.kubernetes.io/managed-by": "simple"} in sources  # sandboxes: presigned URLs
+    assert any(s.items() <= bucket_job.items() for s in sources)
+    assert minio["ports"] == [{"protocol": "TCP", "port": 9000}]
+    assert one(docs, "NetworkPolicy", "simple-minio-bucket")["spec"]["ingress"] == []
 
 
 def test_network_policy_off(helm: str) -> None:
@@ -272,15 +349,12 @@ def test_extra_catalog_is_mounted_and_listed(helm: str) -> None:
 def test_existing_secrets_are_referenced_and_none_is_rendered(helm: str) -> None:
     docs = render(helm, "existing-secrets-values.yaml")
     assert not [d for d in docs if d["kind"] == "Secret"]
-    env = env_of(controller(docs))
-    assert env["SIMPLE_API_TOKENS"]["secretKeyRef"] == {"name": "simple-credentials",
-                                                        "key": "tokens"}
-    assert env["SIMPLE_DATABASE_URL"]["secretKeyRef"] == {"name": "simple-credentials",
-                                                          "key": "database-url"}
-    assert env["SIMPLE_S3_ACCESS_KEY_ID"]["secretKeyRef"] == {"name": "simple-s3",
-                                                              "key": "AWS_ACCESS_KEY_ID"}
-    assert env["SIMPLE_S3_SECRET_ACCESS_KEY"]["secretKeyRef"]["key"] == "AWS_SECRET_ACCESS_KEY"
-    assert env["SIMPLE_STORE_URL"] == "s3://simple-results/snapshots"
+    assert secret_files(docs) == {
+        "SIMPLE_API_TOKENS": {"name": "simple-credentials", "key": "tokens"},
+        "SIMPLE_DATABASE_URL": {"name": "simple-credentials", "key": "database-url"},
+        "SIMPLE_S3_ACCESS_KEY_ID": {"name": "simple-s3", "key": "AWS_ACCESS_KEY_ID"},
+        "SIMPLE_S3_SECRET_ACCESS_KEY": {"name": "simple-s3", "key": "AWS_SECRET_ACCESS_KEY"}}
+    assert env_of(controller(docs))["SIMPLE_STORE_URL"] == "s3://simple-results/snapshots"
 
 
 def test_inline_credentials_go_to_the_charts_secret(helm: str) -> None:
@@ -291,21 +365,67 @@ def test_inline_credentials_go_to_the_charts_secret(helm: str) -> None:
         "api-tokens": "ci-token-production-0000001,ci-token-production-0000002",
         "database-url": "postgresql+psycopg://simple:s3cret@postgres.databases.svc:5432/simple",
         "s3-access-key-id": "simple", "s3-secret-access-key": "simple-secret-key"}
+    assert secret_files(docs) == {
+        f"SIMPLE_{key.upper().replace('-', '_')}": {"name": secret["metadata"]["name"],
+                                                     "key": key} for key in data}
     env = env_of(controller(docs))
-    for name, key in (("SIMPLE_API_TOKENS", "api-tokens"), ("SIMPLE_DATABASE_URL", "database-url"),
-                      ("SIMPLE_S3_ACCESS_KEY_ID", "s3-access-key-id"),
-                      ("SIMPLE_S3_SECRET_ACCESS_KEY", "s3-secret-access-key")):
-        assert env[name] == {"secretKeyRef": {"name": secret["metadata"]["name"], "key": key}}
     assert env["SIMPLE_S3_ENDPOINT_URL"] == "http://minio.storage.svc.cluster.local:9000"
     assert one(docs, "PersistentVolumeClaim")["spec"]["storageClassName"] == "standard"
     checksum = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
     assert checksum["checksum/secret"] != checksum["checksum/catalog"]
 
 
+@pytest.mark.parametrize("values", CI_VALUES)
+def test_no_container_takes_a_secret_as_an_environment_variable(helm: str, values: str) -> None:
+    # CIS 5.4.1 (checkov CKV_K8S_35): secrets as files, not in the environment, where child
+    # processes, crash reports and /proc/<pid>/environ would carry them.
+    for where, spec in pod_specs(render(helm, values)):
+        for container in spec["containers"] + spec.get("initContainers", []):
+            for env in container.get("env", []):
+                assert "secretKeyRef" not in env.get("valueFrom", {}), (where, env["name"])
+            assert not [e for e in container.get("envFrom", []) if "secretRef" in e], where
+
+
+def file_source(spec: dict[str, Any], container: dict[str, Any], path: str) -> tuple[str, str]:
+    """(Secret, key) that the file at `path` in `container` is projected from."""
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for mount in container["volumeMounts"]:
+        directory = mount["mountPath"].rstrip("/") + "/"
+        if path.startswith(directory):
+            secret = volumes[mount["name"]]["secret"]
+            [item] = [i for i in secret["items"] if i["path"] == path[len(directory):]]
+            return secret["secretName"], item["key"]
+    raise AssertionError(f"{path} is on no volume of {container['name']}")
+
+
+def test_evaluation_services_read_their_credentials_from_files(helm: str) -> None:
+    docs = render(helm, "evaluation-values.yaml")
+    specs = dict(pod_specs(docs))
+    postgres = specs["StatefulSet/simple-postgresql"]
+    [container] = postgres["containers"]
+    assert file_source(postgres, container, env_of(container)["POSTGRES_PASSWORD_FILE"]) == (
+        "simple-evaluation", "postgres-password")
+    minio = specs["StatefulSet/simple-minio"]
+    [container] = minio["containers"]
+    env = env_of(container)
+    assert file_source(minio, container, env["MINIO_ROOT_USER_FILE"]) == (
+        "simple-evaluation", "minio-root-user")
+    assert file_source(minio, container, env["MINIO_ROOT_PASSWORD_FILE"]) == (
+        "simple-evaluation", "minio-root-password")
+    bucket = specs["Job/simple-minio-bucket"]
+    [container] = bucket["containers"]
+    script = container["command"][-1]
+    for name, key in (("root-user", "minio-root-user"), ("root-password", "minio-root-password")):
+        assert f'$creds/{name}' in script
+        assert file_source(bucket, container, f"/var/run/secrets/minio/{name}") == (
+            "simple-evaluation", key)
+
+
 def test_evaluation_runs_postgres_and_minio_and_wires_the_controller(helm: str) -> None:
     docs = render(helm, "evaluation-values.yaml")
     images = {c["image"] for _, spec in pod_specs(docs) for c in spec["containers"]}
-    assert {"postgres:16", "minio/minio:latest", "simple-controller:0.1.0"} <= images
+    assert {"postgres:16.11", "minio/minio:RELEASE.2025-04-22T22-12-26Z",
+            "simple-controller:0.1.0"} <= images
     bucket_job = one(docs, "Job")
     assert "post-install" in bucket_job["metadata"]["annotations"]["helm.sh/hook"]
     assert "mc mb --ignore-existing" in bucket_job["spec"]["template"]["spec"]["containers"][0][

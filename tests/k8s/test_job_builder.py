@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from controller.backends.kubernetes import KubernetesBackend
-from controller.backends.kubernetes_job import build_job
+from controller.backends.kubernetes_job import build_job, build_secret
 from controller.errors import InputError
 from controller.settings import Settings
 from sandbox_image.contract import (
@@ -21,7 +21,7 @@ from sandbox_image.contract import (
 )
 from tests.k8s.conftest import JOB_TTL_S, NAMESPACE, SANDBOX_SERVICE_ACCOUNT, MakeSpec, import_tool
 
-VALIDATED_KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")
+VALIDATED_KUBERNETES_VERSIONS = ("1.30.0", "1.33.0")  # the chart's kubeVersion floor
 
 
 def job_of(make_spec: MakeSpec, **overrides: Any) -> dict[str, Any]:
@@ -63,13 +63,16 @@ def test_labels_on_the_job_and_its_pod_template(make_spec: MakeSpec,
 
 def test_the_full_env_contract_is_injected(make_spec: MakeSpec) -> None:
     spec = make_spec(sandbox_id="sbx-env", attempt=3)
-    env = {e["name"]: e["value"] for e in sandbox_container(build_job(
-        spec, NAMESPACE, SANDBOX_SERVICE_ACCOUNT, JOB_TTL_S))["env"]}
+    job = build_job(spec, NAMESPACE, SANDBOX_SERVICE_ACCOUNT, JOB_TTL_S)
+    secret = build_secret(spec, NAMESPACE, {"metadata": {"name": "sbx-env", "uid": "u-1"}})
+    # What the container sees: its env, and the Secret's keys as files where it is mounted.
+    env = {e["name"]: e["value"] for e in sandbox_container(job)["env"]}
+    env.update(secret["stringData"])
     assert set(ENV_NAMES) <= set(env)
     assert {name: env[name] for name in ENV_NAMES} == spec.env.to_environ()
     assert env["SIMPLE_ATTEMPT"] == "3"
     assert json.loads(env["SIMPLE_TEMPLATE_CONFIG"]) == {"agents": 6, "steps": 7}
-    assert all(isinstance(e["value"], str) for e in sandbox_container(job_of(make_spec))["env"])
+    assert all(isinstance(e.get("value", ""), str) for e in sandbox_container(job)["env"])
 
 
 def test_job_policy_deadline_no_retries_ttl(make_spec: MakeSpec) -> None:
@@ -107,11 +110,16 @@ def test_only_work_and_tmp_are_writable(make_spec: MakeSpec) -> None:
     job = job_of(make_spec)
     container = sandbox_container(job)
     assert container["workingDir"] == "/work"
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    assert set(mounts) == {"/work", "/tmp"}
+    writable = {m["mountPath"]: m["name"] for m in container["volumeMounts"]
+                if not m.get("readOnly")}
+    assert set(writable) == {"/work", "/tmp"}
     volumes = {v["name"]: v for v in pod_spec(job)["volumes"]}
-    assert all("emptyDir" in volumes[name] for name in mounts.values())
-    assert set(volumes) == set(mounts.values())
+    assert all("emptyDir" in volumes[name] for name in writable.values())
+    # Besides them, only the sandbox's own Secret, read-only (its credentials as files).
+    [(name, volume)] = [(n, v) for n, v in volumes.items() if n not in writable.values()]
+    assert volume["secret"]["secretName"] == f"{job['metadata']['name']}-env"
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == name]
+    assert mount["readOnly"] is True
 
 
 def test_resources_from_the_template(make_spec: MakeSpec) -> None:

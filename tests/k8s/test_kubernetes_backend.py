@@ -76,9 +76,12 @@ def test_launch_creates_the_rendered_job(backend: KubernetesBackend, cluster: Fa
                                          make_spec: MakeSpec) -> None:
     spec = make_spec("sbx-create")
     backend.launch(spec)
-    assert cluster.job("sbx-create") == backend.render(spec)
+    job = cluster.job("sbx-create")
+    assert job["metadata"].pop("uid")  # the API server's
+    assert job == backend.render(spec)
     posts = [r for r in cluster.requests() if r.method == "POST"]
-    assert [r.url.path for r in posts] == [f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"]
+    assert [r.url.path for r in posts] == [f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs",
+                                           f"/api/v1/namespaces/{NAMESPACE}/secrets"]
 
 
 def test_observe_finds_jobs_by_the_managed_by_label(backend: KubernetesBackend,
@@ -115,9 +118,10 @@ def test_stop_and_remove_delete_in_background_and_are_idempotent(
     backend.stop("sbx-stop")
     backend.remove("sbx-stop")
     deletes = [r for r in cluster.requests() if r.method == "DELETE"]
-    assert len(deletes) == 3
+    assert len(deletes) == 6  # the Job and its Secret, three times
     assert {r.url.path for r in deletes} == {
-        f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/sbx-stop"}
+        f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/sbx-stop",
+        f"/api/v1/namespaces/{NAMESPACE}/secrets/sbx-stop-env"}
     assert {r.params["propagationPolicy"] for r in deletes} == {"Background"}
     assert backend.observe() == []
 
@@ -128,7 +132,8 @@ def test_launching_the_same_attempt_again_adopts_it(backend: KubernetesBackend,
     backend.launch(make_spec("sbx-twice"))
     backend.launch(make_spec("sbx-twice"))
     assert only(backend).attempt == 1
-    assert len([r for r in cluster.requests() if r.method == "DELETE"]) == 0
+    deletes = [r.resource.plural for r in cluster.requests() if r.method == "DELETE"]
+    assert deletes == ["secrets"]  # the Secret is replaced (it is immutable), the Job kept
 
 
 def test_a_retry_replaces_the_earlier_attempts_job(backend: KubernetesBackend,
@@ -345,6 +350,8 @@ class ScriptedApi:
 
 
 def _default_answer(method: str) -> Any:
+    if method == "create_namespaced_job":
+        return {"metadata": {"name": "sbx-1", "uid": "0b6d6a49-4b0a-4c3c-9d8e-2f1f3f6f0a11"}}
     if method.startswith("list_"):
         return {"metadata": {}, "items": []}
     if method == "read_namespaced_pod_log":
@@ -444,7 +451,7 @@ def test_every_api_call_is_granted_by_required_rbac(backend: KubernetesBackend,
                                                     make_spec: MakeSpec) -> None:
     backend.check()
     backend.launch(make_spec("sbx-rbac"))
-    backend.launch(make_spec("sbx-rbac"))  # conflict path: get
+    backend.launch(make_spec("sbx-rbac"))  # conflict path: get (Job and Secret)
     backend.launch(make_spec("sbx-rbac", attempt=2))  # replace path: delete + create
     cluster.logs[cluster.start_pod("sbx-rbac")] = b"hi\n"
     backend.observe()
@@ -457,6 +464,8 @@ def test_every_api_call_is_granted_by_required_rbac(backend: KubernetesBackend,
     assert used <= granted, used - granted
     assert {("batch", "jobs", v) for v in ("create", "get", "list", "delete")} <= used
     assert {("", "pods", "list"), ("", "pods/log", "get")} <= used
+    # the sandbox's Secret: created, read and replaced on the conflict path, deleted
+    assert {("", "secrets", v) for v in ("create", "get", "delete")} <= used
 
 
 # -- offline: render and construction touch no cluster ---------------------------------

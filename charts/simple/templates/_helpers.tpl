@@ -69,6 +69,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/*
+The admission policy and its binding are cluster-scoped: their name carries the release's
+namespace too, so two releases in two namespaces do not collide.
+*/}}
+{{- define "simple.admissionPolicyName" -}}
+{{- $prefix := printf "%s-%s" (include "simple.fullname" .) .Release.Namespace | trunc 52 | trimSuffix "-" }}
+{{- printf "%s-hardening" $prefix }}
+{{- end }}
+
 {{/* An image; without a tag, the chart's appVersion (never `latest`). */}}
 {{- define "simple.image" -}}
 {{- printf "%s:%s" .image.repository (toString (.image.tag | default .root.Chart.AppVersion)) }}

@@ -5,6 +5,9 @@
   mountPath: /tmp
 - name: data
   mountPath: /var/lib/simple
+- name: secrets
+  mountPath: {{ include "simple.controllerSecretsDir" . }}
+  readOnly: true
 {{- if .Values.catalog.extraTemplates }}
 - name: catalog
   mountPath: {{ .Values.catalog.mountPath }}
@@ -59,47 +62,62 @@
 - name: SIMPLE_CATALOG_DIRS
   value: {{ .Values.catalog.mountPath | quote }}
 {{- end }}
-- name: SIMPLE_API_TOKENS
-  valueFrom:
-    secretKeyRef:
-      {{- include "simple.apiTokensSecretRef" . | nindent 6 }}
-{{- if .Values.database.existingSecret }}
-- name: SIMPLE_DATABASE_URL
-  valueFrom:
-    secretKeyRef:
-      name: {{ .Values.database.existingSecret }}
-      key: {{ .Values.database.existingSecretKey }}
-{{- else if include "simple.databaseUrl" . }}
-- name: SIMPLE_DATABASE_URL
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "simple.secretName" . }}
-      key: database-url
-{{- end }}
-{{- if .Values.s3.existingSecret }}
-- name: SIMPLE_S3_ACCESS_KEY_ID
-  valueFrom:
-    secretKeyRef:
-      name: {{ .Values.s3.existingSecret }}
-      key: {{ .Values.s3.accessKeyIdKey }}
-- name: SIMPLE_S3_SECRET_ACCESS_KEY
-  valueFrom:
-    secretKeyRef:
-      name: {{ .Values.s3.existingSecret }}
-      key: {{ .Values.s3.secretAccessKeyKey }}
-{{- else if include "simple.s3AccessKeyId" . }}
-- name: SIMPLE_S3_ACCESS_KEY_ID
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "simple.secretName" . }}
-      key: s3-access-key-id
-- name: SIMPLE_S3_SECRET_ACCESS_KEY
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "simple.secretName" . }}
-      key: s3-secret-access-key
-{{- end }}
+# Credentials (API tokens, database URL, S3 keys) are files in this directory, the
+# "secrets" volume below, never environment variables.
+- name: SIMPLE_SECRETS_DIR
+  value: {{ include "simple.controllerSecretsDir" . | quote }}
 {{- with .Values.controller.extraEnv }}
 {{ toYaml . }}
 {{- end }}
+{{- end }}
+
+{{- define "simple.controllerSecretsDir" -}}
+/var/run/secrets/simple
+{{- end }}
+
+{{/*
+The controller's credentials as one projected volume: each Secret key becomes a file named
+like the SIMPLE_* setting it holds, which the controller reads from SIMPLE_SECRETS_DIR.
+*/}}
+{{- define "simple.controllerSecretsVolume" -}}
+- name: secrets
+  projected:
+    defaultMode: 0440
+    sources:
+      - secret:
+          {{- $tokens := include "simple.apiTokensSecretRef" . | fromYaml }}
+          name: {{ $tokens.name }}
+          items:
+            - key: {{ $tokens.key }}
+              path: SIMPLE_API_TOKENS
+      {{- if .Values.database.existingSecret }}
+      - secret:
+          name: {{ .Values.database.existingSecret }}
+          items:
+            - key: {{ .Values.database.existingSecretKey }}
+              path: SIMPLE_DATABASE_URL
+      {{- else if include "simple.databaseUrl" . }}
+      - secret:
+          name: {{ include "simple.secretName" . }}
+          items:
+            - key: database-url
+              path: SIMPLE_DATABASE_URL
+      {{- end }}
+      {{- if .Values.s3.existingSecret }}
+      - secret:
+          name: {{ .Values.s3.existingSecret }}
+          items:
+            - key: {{ .Values.s3.accessKeyIdKey }}
+              path: SIMPLE_S3_ACCESS_KEY_ID
+            - key: {{ .Values.s3.secretAccessKeyKey }}
+              path: SIMPLE_S3_SECRET_ACCESS_KEY
+      {{- else if include "simple.s3AccessKeyId" . }}
+      - secret:
+          name: {{ include "simple.secretName" . }}
+          items:
+            - key: s3-access-key-id
+              path: SIMPLE_S3_ACCESS_KEY_ID
+            - key: s3-secret-access-key
+              path: SIMPLE_S3_SECRET_ACCESS_KEY
+      {{- end }}
 {{- end }}

@@ -1,4 +1,8 @@
-{{/* Restricted Pod Security Standard for the evaluation services, as uid/gid `.id`. */}}
+{{/*
+Restricted Pod Security Standard for the evaluation services, as uid/gid `.id`: a high id
+(10000+, clear of the node's own users) of their own, so no two services share one. The
+images need no passwd entry for it (PostgreSQL's entrypoint uses nss_wrapper).
+*/}}
 {{- define "simple.evaluationPodSecurity" -}}
 runAsNonRoot: true
 runAsUser: {{ .id }}
@@ -37,4 +41,17 @@ volumeClaimTemplates:
         requests:
           storage: {{ $p.size }}
 {{- end }}
+{{- end }}
+
+{{/* MinIO's root credentials as files, for MinIO and the bucket Job. */}}
+{{- define "simple.minioCredentialsVolume" -}}
+- name: credentials
+  secret:
+    secretName: {{ include "simple.componentName" (dict "root" . "suffix" "evaluation") }}
+    defaultMode: 0440
+    items:
+      - key: minio-root-user
+        path: root-user
+      - key: minio-root-password
+        path: root-password
 {{- end }}
