@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
 from sqlalchemy.engine import make_url
 
 BackendName = Literal["process", "docker", "kubernetes"]
@@ -22,6 +29,34 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SIMPLE_", extra="ignore")
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, then the environment, then SIMPLE_SECRETS_DIR's files: a Kubernetes
+        Secret mounted as files keeps credentials out of the process environment."""
+        sources = (init_settings, env_settings, dotenv_settings)
+        secrets_dir = os.environ.get("SIMPLE_SECRETS_DIR")
+        if not secrets_dir:
+            return sources
+        if not Path(secrets_dir).is_dir():
+            raise ValueError(
+                f"SIMPLE_SECRETS_DIR={secrets_dir!r} is not a directory: mount the Secret "
+                "there, or unset the variable"
+            )
+        return (*sources, SecretsSettingsSource(settings_cls, secrets_dir=secrets_dir))
+
+    secrets_dir: Path | None = Field(
+        None,
+        description="A directory of files named like SIMPLE_* variables (e.g. a mounted "
+        "Kubernetes Secret: SIMPLE_API_TOKENS, SIMPLE_DATABASE_URL); each file's content is "
+        "that setting, unless the variable itself is set.",
+    )
     data_dir: Path = Field(
         Path(".simple"),
         description="Where the embedded default keeps its SQLite file, store and sandbox dirs.",
@@ -116,6 +151,18 @@ class Settings(BaseSettings):
     )
     lost_grace_s: float = Field(
         10.0, ge=0, description="How long a launched sandbox may be unseen before it is lost."
+    )
+    process_user: str = Field(
+        "auto",
+        pattern=r"^\S+$",
+        description="Whom process-backend sandboxes run as: `auto` (each its own unprivileged "
+        "uid when the controller runs as root, else the controller's user), `self` (the "
+        "controller's user), or a user name or uid (every sandbox as that user).",
+    )
+    process_python: str | None = Field(
+        None,
+        description="The interpreter `python` in a process-backend template's command means; "
+        "default the controller's own. It must import sandbox_image and httpx.",
     )
     docker_network: str | None = Field(
         None, description="Docker network for sandboxes ('host', a user network, or bridge)."

@@ -7,6 +7,9 @@ the store and the signing key): `<tmp>/simple-work-<controller id>/<sandbox>/att
 A small supervisor (`process_supervisor.py`) owns the sandbox's process group, enforces
 the memory limit, and records the exit, so a restarted controller finds every sandbox
 again; the files a sandbox can write are never trusted to name a process to signal.
+When the controller runs as root, each sandbox runs as an unprivileged uid of its own
+(`process_user.py`): its working directory is then the only one it owns, the data
+directory is private, and the supervisor stays root.
 """
 
 from __future__ import annotations
@@ -25,6 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from controller.backends.base import Backend, Notify, Observed, ObservedState, SandboxSpec
+from controller.backends.process_user import (
+    PRIVATE,
+    TRAVERSABLE,
+    SandboxUser,
+    SandboxUsers,
+    UserPolicy,
+    prepare_dir,
+)
 from controller.errors import BackendError, NotFoundError
 from controller.quantities import memory_bytes
 from controller.settings import Settings
@@ -48,6 +59,14 @@ class ProcessBackend(Backend):
         self.root.mkdir(parents=True, exist_ok=True)
         # Working directories live outside the data directory (its database, store, keys).
         self.work_root = Path(tempfile.gettempdir()) / f"simple-work-{settings.controller_id}"
+        self.python = settings.process_python or sys.executable
+        self.users = SandboxUsers(
+            UserPolicy.parse(settings.process_user),
+            self.python,
+            self.work_root,
+            settings.data_dir.resolve(),
+            _inherited_env(),
+        )
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
 
@@ -55,7 +74,7 @@ class ProcessBackend(Backend):
         return {
             "kind": "process",
             "sandbox_id": spec.sandbox_id,
-            "command": list(_resolve_command(spec.command)),
+            "command": list(self._command(spec.command)),
             "working_dir": str(self._work(spec.sandbox_id, spec.env.attempt)),
             "env": spec.env.to_environ(),
             "labels": spec.labels,
@@ -68,16 +87,24 @@ class ProcessBackend(Backend):
         }
 
     def launch(self, spec: SandboxSpec) -> None:
+        user = self.users.acquire()
+        try:
+            self._start(spec, user)
+        except BaseException:
+            self.users.release(user)
+            raise
+
+    def _start(self, spec: SandboxSpec, user: SandboxUser | None) -> None:
         directory = self._dir(spec.sandbox_id, spec.env.attempt)
-        work = self._work(spec.sandbox_id, spec.env.attempt)
-        for old in (directory, work):
-            if old.exists():
-                shutil.rmtree(old)
+        work = self._prepare_work(spec, user)
+        if directory.exists():
+            shutil.rmtree(directory)
         directory.mkdir(parents=True)
-        work.mkdir(parents=True, mode=0o700)
         _write_json(directory / "meta.json", {"labels": spec.labels, "attempt": spec.env.attempt})
-        env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+        env = _inherited_env()
         env.update(spec.env.to_environ())
+        if user is not None:
+            env["HOME"] = str(work)  # the only directory it may write besides /tmp
         limit = memory_bytes(spec.resources.memory) if spec.resources.memory else 0
         argv = [
             sys.executable,
@@ -87,8 +114,9 @@ class ProcessBackend(Backend):
             str(directory),
             str(limit),
             str(work),
+            user.argument if user is not None else "-",
             "--",
-            *_resolve_command(spec.command),
+            *self._command(spec.command),
         ]
         try:
             child = subprocess.Popen(
@@ -106,16 +134,41 @@ class ProcessBackend(Backend):
             self._children[spec.sandbox_id] = child
         threading.Thread(
             target=self._wait,
-            args=(spec.sandbox_id, child, directory),
+            args=(spec.sandbox_id, child, directory, user),
             daemon=True,
             name=f"wait-{spec.sandbox_id}",
         ).start()
         logger.info(
-            "launched sandbox %s attempt %d (pid %d)", spec.sandbox_id, spec.env.attempt, child.pid
+            "launched sandbox %s attempt %d (pid %d%s)",
+            spec.sandbox_id,
+            spec.env.attempt,
+            child.pid,
+            f", uid {user.uid}" if user is not None else "",
         )
 
-    def _wait(self, sandbox_id: str, child: subprocess.Popen[bytes], directory: Path) -> None:
+    def _prepare_work(self, spec: SandboxSpec, user: SandboxUser | None) -> Path:
+        """A fresh working directory, the sandbox's own: with another user, owned by it
+        (0700) under root's directories that others may pass but not list (0711)."""
+        work = self._work(spec.sandbox_id, spec.env.attempt)
+        parents = TRAVERSABLE if user is not None else PRIVATE
+        prepare_dir(self.work_root, parents)
+        prepare_dir(work.parent, parents)
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(mode=PRIVATE)
+        if user is not None:
+            os.chown(work, user.uid, user.gid)
+        return work
+
+    def _wait(
+        self,
+        sandbox_id: str,
+        child: subprocess.Popen[bytes],
+        directory: Path,
+        user: SandboxUser | None,
+    ) -> None:
         child.wait()
+        self.users.release(user)  # the supervisor killed every process running as it
         with self._lock:
             if self._children.get(sandbox_id) is child:
                 del self._children[sandbox_id]
@@ -205,6 +258,13 @@ class ProcessBackend(Backend):
         shutil.rmtree(self.root / sandbox_id, ignore_errors=True)
         shutil.rmtree(self.work_root / sandbox_id, ignore_errors=True)
 
+    def _command(self, command: tuple[str, ...]) -> tuple[str, ...]:
+        """`python` in a template means the sandbox interpreter (SIMPLE_PROCESS_PYTHON,
+        default the controller's own: it has the runtime)."""
+        if command and command[0] in ("python", "python3"):
+            return (self.python, *command[1:])
+        return command
+
     def _dir(self, sandbox_id: str, attempt: int) -> Path:
         return self.root / sandbox_id / f"attempt-{attempt}"
 
@@ -228,11 +288,8 @@ def _entries(directory: Path) -> list[Path]:
         return []
 
 
-def _resolve_command(command: tuple[str, ...]) -> tuple[str, ...]:
-    """`python` in a template means the controller's own interpreter (it has the runtime)."""
-    if command and command[0] in ("python", "python3"):
-        return (sys.executable, *command[1:])
-    return command
+def _inherited_env() -> dict[str, str]:
+    return {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
 
 
 def _alive(pid: int, marker: str) -> bool:

@@ -1,23 +1,30 @@
 """Supervisor of one process-backend sandbox; run as a script, standard library only.
 
-    python -I -S process_supervisor.py DIR MEMORY_BYTES WORKDIR -- COMMAND...
+    python -I -S process_supervisor.py DIR MEMORY_BYTES WORKDIR USER -- COMMAND...
 
 It starts COMMAND in its own session and process group with WORKDIR as working
 directory and output to DIR/output.log, kills it (SIGKILL) if the resident memory of
 its whole session (every process it started that did not leave it with setsid) passes
-MEMORY_BYTES (0 = no limit), and writes DIR/exit.json when it ends. It
-lives in its own session, so it outlives a controller that is killed and lets a
-new controller read the exit it recorded. It imports nothing heavier than `os`
-(no subprocess, no json): its start-up is on every sandbox's launch path.
+MEMORY_BYTES (0 = no limit), and writes DIR/exit.json when it ends. USER is `-` (run
+COMMAND as the supervisor's own user) or `uid:gid[:unique]`: COMMAND then runs as that
+user, with no supplementary groups, umask 077 and no way to gain privileges (setuid
+programs do not raise them); `unique` says the uid is this sandbox's alone, so every
+process running as it is the sandbox's: counted for memory and killed at the end even
+if it left the session. The supervisor itself keeps its user (root), the log file, the
+accounting and the kill. It lives in its own session, so it outlives a controller that
+is killed and lets a new controller read the exit it recorded. It imports nothing
+heavier than `os` (no subprocess, no json): its start-up is on every sandbox's launch path.
 """
 
 import os
+import select
 import signal
 import sys
 import time
 
 POLL_S = 0.05
 PAGE = os.sysconf("SC_PAGE_SIZE")
+PR_SET_NO_NEW_PRIVS = 38  # <linux/prctl.h>
 
 
 def rss_bytes(pid: int) -> int:
@@ -44,8 +51,28 @@ def session_members(sid: int) -> list[tuple[int, int]]:
     return members
 
 
-def kill_session(sid: int) -> None:
-    """SIGKILL the group and every other process left in the session."""
+def uid_members(uid: int) -> list[tuple[int, int]]:
+    """(pid, resident bytes) of every process whose real uid is `uid`, from /proc/*/status."""
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as handle:
+                for line in handle:  # Uid: comes before VmRSS: (absent for zombies)
+                    if line.startswith("Uid:") and int(line.split()[1]) != uid:
+                        break
+                    if line.startswith("VmRSS:"):
+                        members.append((int(name), int(line.split()[1]) * 1024))
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    return members
+
+
+def kill_session(sid: int, user: tuple[int, int, bool] | None) -> None:
+    """SIGKILL the group and every other process left in the session; with a uid of the
+    sandbox's own, every process running as it too."""
     try:  # noqa: SIM105 - contextlib would add to every sandbox's start-up
         os.killpg(sid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -55,6 +82,45 @@ def kill_session(sid: int) -> None:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    if user is not None and user[2]:
+        kill_uid(user[0], user[1])
+
+
+def kill_uid(uid: int, gid: int) -> None:
+    """SIGKILL every process running as `uid`: kill(-1) from a child that becomes that
+    uid reaches exactly those, in one pass that a forking process cannot outrun."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)  # every process it may signal but itself
+        except OSError:
+            os._exit(1)
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def parse_user(argument: str) -> tuple[int, int, bool] | None:
+    """`-` or `uid:gid[:unique]`, as (uid, gid, unique)."""
+    if argument == "-":
+        return None
+    parts = argument.split(":")
+    return int(parts[0]), int(parts[1]), parts[2:] == ["unique"]
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+    """In the sandbox's child: become uid:gid for good, with no supplementary groups, a
+    private umask, and no way back up through setuid programs."""
+    import ctypes  # only here, after the fork: plain sandboxes never pay for it
+
+    os.umask(0o077)
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
 
 
 def write_record(path: str, fields: dict[str, object]) -> None:
@@ -73,17 +139,22 @@ def write_record(path: str, fields: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
-def spawn(workdir: str, command: list[str], log_fd: int) -> int:
-    """Fork and exec COMMAND as the leader of a new session; 127 if it cannot start."""
+def spawn(
+    workdir: str, command: list[str], log_fd: int, user: tuple[int, int, bool] | None
+) -> int:
+    """Fork and exec COMMAND as the leader of a new session (as `user` if given); 127 if
+    it cannot start."""
     pid = os.fork()
     if pid == 0:  # the child: never returns
         try:
             os.setsid()
-            os.chdir(workdir)
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(log_fd, 1)
-            os.dup2(log_fd, 2)
+            os.dup2(log_fd, 2)  # from here on, a failure to start is in the sandbox's log
+            os.chdir(workdir)
+            if user is not None:
+                drop_privileges(user[0], user[1])
             os.execvp(command[0], command)
         except OSError as e:
             os.write(2, f"simple: cannot start {command!r}: {e}\n".encode())
@@ -91,11 +162,29 @@ def spawn(workdir: str, command: list[str], log_fd: int) -> int:
     return pid
 
 
+def exit_poller(pid: int) -> "select.poll | None":
+    """A poller that wakes the moment `pid` exits (a pidfd, Linux 5.3+), or None."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return poller
+
+
 def supervise(
-    directory: str, memory_limit: int, workdir: str, command: list[str], log_fd: int
+    directory: str,
+    memory_limit: int,
+    workdir: str,
+    user: tuple[int, int, bool] | None,
+    command: list[str],
+    log_fd: int,
 ) -> None:
-    pid = spawn(workdir, command, log_fd)
+    pid = spawn(workdir, command, log_fd, user)
+    unique_uid = user[0] if user is not None and user[2] else None
     write_record(os.path.join(directory, "child.json"), {"pid": pid, "pgid": pid})
+    poller = exit_poller(pid)
     oom = False
     polls = 0
     while True:
@@ -103,19 +192,29 @@ def supervise(
         if done:
             break
         polls += 1
-        # The direct child every poll; its whole session (a /proc scan) every fourth.
+        # The direct child every poll; all of the sandbox (a /proc scan) every fourth.
         if memory_limit and (
             rss_bytes(pid) > memory_limit
-            or (polls % 4 == 0 and sum(rss for _, rss in session_members(pid)) > memory_limit)
+            or (polls % 4 == 0 and sandbox_rss(pid, unique_uid) > memory_limit)
         ):
             oom = True
-            kill_session(pid)
+            kill_session(pid, user)
             _, status = os.waitpid(pid, 0)
             break
-        time.sleep(POLL_S)
+        # Woken as soon as the child exits: its end is on the sandbox's critical path.
+        if poller is None:
+            time.sleep(POLL_S)
+        else:
+            poller.poll(POLL_S * 1000 if memory_limit else None)
     code = os.waitstatus_to_exitcode(status)
     # The session may hold grandchildren; the sandbox ends with all of them.
-    kill_session(pid)
+    kill_session(pid, user)
+    if user is not None:  # what it left behind is no longer reachable by its uid
+        try:
+            os.chown(workdir, os.getuid(), os.getgid())
+            os.chmod(workdir, 0o700)
+        except OSError:
+            pass  # already removed
     if oom:
         os.write(log_fd, b"simple: killed: resident memory passed the sandbox's memory limit\n")
     write_record(
@@ -129,11 +228,18 @@ def supervise(
     )
 
 
+def sandbox_rss(sid: int, unique_uid: int | None) -> int:
+    """Resident bytes of the whole sandbox: its session, or every process of its own uid."""
+    members = session_members(sid) if unique_uid is None else uid_members(unique_uid)
+    return sum(rss for _, rss in members)
+
+
 def main(argv: list[str]) -> int:
-    directory, memory_limit, workdir, command = argv[1], int(argv[2]), argv[3], argv[5:]
+    directory, memory_limit, workdir = argv[1], int(argv[2]), argv[3]
+    user, command = parse_user(argv[4]), argv[6:]
     log_fd = os.open(os.path.join(directory, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
-        supervise(directory, memory_limit, workdir, command, log_fd)
+        supervise(directory, memory_limit, workdir, user, command, log_fd)
     finally:
         os.close(log_fd)
     return 0

@@ -22,6 +22,7 @@ from sandbox_image.contract import (
     SandboxEnv,
 )
 from tests.docker_support import SANDBOX_IMAGE, connect_docker, ensure_sandbox_image
+from tests.sandbox_python import open_dir, sandbox_python  # noqa: F401
 
 DUMMY_CONTROLLER_URL = "http://127.0.0.1:9"  # discard port: nothing answers
 

@@ -1,0 +1,71 @@
+"""Settings from files: SIMPLE_SECRETS_DIR, as a Kubernetes Secret mounted as a volume.
+
+The chart mounts the controller's credentials as files (no secret in its environment,
+checkov's CKV_K8S_35); the kubelet lays a Secret volume out as symlinks into a `..data`
+directory, which these tests copy.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from controller.settings import Settings
+
+
+def kubelet_secret_volume(root: Path, files: dict[str, str]) -> Path:
+    """A directory laid out as the kubelet lays out a Secret volume."""
+    real = root / "..2026_11_23_12_00_00.123456789"
+    real.mkdir(parents=True)
+    for name, content in files.items():
+        (real / name).write_text(content)
+    (root / "..data").symlink_to(real.name)
+    for name in files:
+        (root / name).symlink_to(f"..data/{name}")
+    return root
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in list(os.environ):
+        if name.startswith("SIMPLE_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_credentials_are_read_from_the_secrets_dir(tmp_path: Path,
+                                                   clean_env: pytest.MonkeyPatch) -> None:
+    secrets = kubelet_secret_volume(tmp_path / "secrets", {
+        "SIMPLE_API_TOKENS": "tok-a,tok-b\n",
+        "SIMPLE_DATABASE_URL": "postgresql+psycopg://simple:pw@db:5432/simple",
+        "SIMPLE_S3_SECRET_ACCESS_KEY": "s3-secret",
+    })
+    clean_env.setenv("SIMPLE_SECRETS_DIR", str(secrets))
+    settings = Settings()
+    assert settings.api_tokens == ["tok-a", "tok-b"]
+    assert settings.database_url == "postgresql+psycopg://simple:pw@db:5432/simple"
+    assert settings.s3_secret_access_key == "s3-secret"
+    assert settings.secrets_dir == secrets
+
+
+def test_the_environment_wins_over_a_file(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
+    secrets = kubelet_secret_volume(tmp_path / "secrets", {"SIMPLE_API_TOKENS": "from-file"})
+    clean_env.setenv("SIMPLE_SECRETS_DIR", str(secrets))
+    clean_env.setenv("SIMPLE_API_TOKENS", "from-env")
+    assert Settings().api_tokens == ["from-env"]
+
+
+def test_without_the_variable_no_file_is_read(tmp_path: Path,
+                                              clean_env: pytest.MonkeyPatch) -> None:
+    kubelet_secret_volume(tmp_path / "secrets", {"SIMPLE_API_TOKENS": "from-file"})
+    clean_env.chdir(tmp_path / "secrets")
+    assert Settings().api_tokens == []
+
+
+def test_a_missing_secrets_dir_is_a_clear_error(tmp_path: Path,
+                                                clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("SIMPLE_SECRETS_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match=r"SIMPLE_SECRETS_DIR=.*is not a directory"):
+        Settings()
