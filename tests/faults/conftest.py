@@ -14,7 +14,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,8 +65,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_line(f"faults: {sum(_held.values())}/{len(_held)} held")
 
 
-def catalog_yaml(config: dict[str, Any], count: int = SANDBOXES) -> str:
-    """`count` templates burst_00.. running the built-in runtime with `config`."""
+def catalog_yaml(config: dict[str, Any], count: int = SANDBOXES,
+                 command: list[str] | None = None) -> str:
+    """`count` templates burst_00.. running the built-in runtime with `config` (or
+    `command` instead of the image's own)."""
     import json
 
     lines = ["templates:"]
@@ -80,6 +82,8 @@ def catalog_yaml(config: dict[str, Any], count: int = SANDBOXES) -> str:
             "    resources: {cpu: 250m, memory: 256Mi}",
             f"    config: {json.dumps(config)}",
         ]
+        if command:
+            lines.append(f"    command: {json.dumps(command)}")
     return "\n".join(lines) + "\n"
 
 
@@ -205,23 +209,39 @@ class FaultBed:
         return list(self.docker.containers.list(
             all=True, ignore_removed=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"}))
 
+    def wait_containers(self, run_id: str, count: int = SANDBOXES,
+                        timeout_s: float = 300) -> list[Any]:
+        """The run's containers, once `count` of them are running."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            running = [c for c in self.containers(run_id) if c.status == "running"]
+            if len(running) >= count:
+                return running
+            time.sleep(0.2)
+        raise AssertionError(f"{count} containers of {run_id} were not running in time")
+
     def wait_no_containers(self, run_id: str, timeout_s: float = 60) -> float:
         started = time.monotonic()
         while time.monotonic() - started < timeout_s and self.containers(run_id):
             time.sleep(0.1)
         return time.monotonic() - started
 
-    def verdict(self, run_id: str, all_delivered: bool = True) -> Verdict:
+    def verdict(self, run_id: str, all_delivered: bool = True,
+                senders: Mapping[tuple[str, int], Mapping[str, bool]] | None = None) -> Verdict:
+        """The checker's verdict; `senders` adds outboxes kept outside the sandboxes (the
+        overload case's senders), keyed like the sandboxes' own."""
         from controller.db.engine import create_db_engine
         from controller.store import create_store
 
         self.wait_no_containers(run_id)
         engine = create_db_engine(self.database_url)
         try:
-            outboxes, stored, terminal, without = gather(
+            found, stored, terminal, without = gather(
                 engine, create_store(self.store_settings), run_id)
         finally:
             engine.dispose()
+        outboxes = {**found, **(senders or {})}
+        without = [s for s in without if all(s != key[0] for key in outboxes)]
         return check(Evidence(outboxes, stored, terminal,
                               [f"burst_{n:02d}" for n in range(SANDBOXES)],
                               [c.name for c in self.containers(run_id)], without),
@@ -235,12 +255,13 @@ class FaultBed:
 
 
 def make_bed(settings: Any, database_url: str, s3: Any, docker: Any, tmp_path: Path,
-             config: dict[str, Any], **extra_env: str) -> FaultBed:
+             config: dict[str, Any], command: list[str] | None = None,
+             **extra_env: str) -> FaultBed:
     from tests.services import free_port
 
     catalog = tmp_path / "faults-catalog"
     catalog.mkdir(exist_ok=True)
-    (catalog / "faults.yaml").write_text(catalog_yaml(config))
+    (catalog / "faults.yaml").write_text(catalog_yaml(config, command=command))
     bucket = s3.create_bucket("simple-faults")
     prefix = "f-" + secrets.token_hex(4)
     store_settings = settings.model_copy(update={
