@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install quick test faults lint typecheck check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-k8s bench-dashboard bench-batch clean
+.PHONY: help install quick test faults lint typecheck checkov check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-k8s bench-dashboard bench-batch clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -34,6 +34,9 @@ lint: $(STAMP) ## ruff
 
 typecheck: $(STAMP) ## mypy
 	$(BIN)/mypy
+
+checkov: $(STAMP) ## checkov over the rendered chart and the backend's Jobs (its own venv, .venv-checkov)
+	bash scripts/checkov.sh
 
 check: lint typecheck test ## Everything CI checks
 
@@ -65,6 +68,6 @@ bench-aggregate: $(STAMP) ## Snapshot aggregation with COPY vs a minimal COPY sc
 	$(BIN)/python bench/aggregate_bench.py
 
 clean: ## Remove the virtualenv and local state
-	rm -rf $(VENV) .simple build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-checkov .simple build .mypy_cache .ruff_cache .pytest_cache
 
 include mk/images.mk

@@ -93,6 +93,7 @@ def one_round(backend: str, workdir: Path, order: list[str], items: int,
     catalog = workdir / "catalog"
     write_catalog(catalog, items)
     settings = Settings(data_dir=workdir / "data", database_url=f"sqlite:///{workdir}/s.db",
+                        process_user="self",
                         backend=backend, docker_network="host", catalog_dirs=[catalog],
                         max_attempts=1)
     makespans: dict[str, float] = {}

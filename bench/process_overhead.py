@@ -47,7 +47,9 @@ TARGET_MS = 100.0
 
 
 def simple_round(suite: str, data_dir: Path, parallel: int) -> tuple[list[float], list[float], int]:
-    settings = Settings(data_dir=data_dir, database_url=f"sqlite:///{data_dir}/simple.db")
+    # process_user self: as the bare side, no uid drop (docs/security.md) and no preflight
+    settings = Settings(data_dir=data_dir, database_url=f"sqlite:///{data_dir}/simple.db",
+                        process_user="self")
     with EmbeddedServer(settings) as server:
         body = {"suites": [suite], "priority": "speed", "max_parallel": parallel}
         run_id = start_run(server.url, body)

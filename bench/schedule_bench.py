@@ -79,6 +79,7 @@ def measure(workdir: Path, catalog: Catalog, sleep: dict[str, float], real: bool
         database_url=f"sqlite:///{workdir}/simple.db",
         catalog_dirs=[workdir / "catalog"],
         max_attempts=1,
+        process_user="self",  # as the bare side: no uid drop (docs/security.md), no preflight
     )
     with EmbeddedServer(settings) as server:
         body = {"templates": list(sleep), "priority": "speed", "max_parallel": p}

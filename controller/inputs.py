@@ -20,7 +20,7 @@ from controller.aggregator import SnapshotRows, read_snapshot
 from controller.errors import SimpleError, SnapshotRejected, StoreError
 from controller.settings import Settings
 from controller.store.base import ObjectStore, items_key, resume_key, snapshot_key
-from controller.tokens import input_signature
+from controller.tokens import upload_signature
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +142,6 @@ def _url(store: ObjectStore, settings: Settings, row: Any, attempt: int, token_h
     presigned = store.presigned_get_url(key, row.spec["timeout_s"] + INPUT_URL_SLACK_S)
     if presigned:
         return presigned
-    signature = input_signature(token_hash, row.id, attempt, kind)
+    signature = upload_signature(token_hash, row.id, attempt, f"input:{kind}")
     return (f"{settings.resolved_controller_url}/v1/sandboxes/{row.id}/inputs/{kind}"
             f"?attempt={attempt}&signature={signature}")

@@ -21,7 +21,7 @@ from controller.inputs import prepare_inputs
 from controller.logs import log_context
 from controller.settings import Settings
 from controller.states import SandboxStatus
-from controller.store.base import ObjectStore, input_key, snapshot_key
+from controller.store.base import ObjectStore, snapshot_key, stage_input_key
 from controller.tokens import hash_token, new_token, upload_signature
 from sandbox_image.contract import SandboxEnv
 
@@ -182,13 +182,13 @@ class Launcher:
     ) -> str:
         """SIMPLE_INPUT_URL: a presigned store URL, or the controller's download route, signed."""
         presigned = self.store.presigned_get_url(
-            input_key(run_id, stage), timeout_s + UPLOAD_URL_SLACK_S
+            stage_input_key(run_id, stage), timeout_s + UPLOAD_URL_SLACK_S
         )
         if presigned:
             return presigned
-        signature = upload_signature(token_hash, sandbox_id, attempt, "input")
+        signature = upload_signature(token_hash, sandbox_id, attempt, "input:stage")
         return (
-            f"{self.settings.resolved_controller_url}/v1/sandboxes/{sandbox_id}/input"
+            f"{self.settings.resolved_controller_url}/v1/sandboxes/{sandbox_id}/inputs/stage"
             f"?attempt={attempt}&signature={signature}"
         )
 

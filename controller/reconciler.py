@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Engine, func, select, update
@@ -43,7 +44,10 @@ logger = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 BACKGROUND_WORKERS = 16
 RESTOP_AFTER_S = 10.0  # a stop that did not take (e.g. sent before the start) is sent again
-PENDING_PAGE = 64  # pending sandboxes read at a time when looking for ones to launch
+# Pending sandboxes read at a time when looking for ones to launch: twice the free slots
+# (some may be skipped: a retry not due yet, the expensive limit), within these bounds.
+PENDING_PAGE_MIN = 8
+PENDING_PAGE_MAX = 256
 ALERT_LOOKBACK_S = 60.0  # ended sandboxes' costs checked against estimates for this long
 PASS_HISTORY = 10_000  # durations of the latest passes kept (benches, metrics)
 
@@ -74,6 +78,8 @@ class Reconciler:
         self._background = ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="backend")
         self._stop_sent: dict[tuple[str, int], float] = {}
         self._full_due = threading.Event()
+        self._plans: dict[str, Any] = {}  # run id -> plan, of the active runs
+        self._stops_under_way: set[tuple[str, int]] = set()  # attempts being stopped
         self._last_full = 0.0
         self.exits = ExitPath(engine, backend, store, settings, clock, self.rng, self._nudge)
         backend.listen_for_exits(self._pushed_exit)
@@ -136,7 +142,7 @@ class Reconciler:
             metrics.backend_error(self.backend, "observe")
             raise
         with self.engine.connect() as conn:
-            active = conn.execute(select(runs).where(runs.c.status.in_(list(ACTIVE_RUN)))).all()
+            active = self._active_runs(conn)
             rows = (
                 conn.execute(
                     select(sandboxes).where(
@@ -160,6 +166,22 @@ class Reconciler:
         for run in active:
             self._drive_run(run, running.get(run.id, []))
         self.pass_seconds.append(time.perf_counter() - began)
+
+    def _active_runs(self, conn: Any) -> list[Any]:
+        """The active runs. A plan is written once, with its run, and can be large (a
+        1,000-sandbox run's is ~100 kB of JSON), so each is read once and kept."""
+        found = conn.execute(
+            select(*[c for c in runs.c if c.name != "plan"]).where(
+                runs.c.status.in_(list(ACTIVE_RUN))
+            )
+        ).all()
+        missing = [r.id for r in found if r.id not in self._plans]
+        if missing:
+            plans = conn.execute(select(runs.c.id, runs.c.plan).where(runs.c.id.in_(missing)))
+            self._plans.update((run_id, plan) for run_id, plan in plans)
+        for gone in set(self._plans) - {r.id for r in found}:
+            self._plans.pop(gone, None)
+        return [SimpleNamespace(**r._asdict(), plan=self._plans[r.id]) for r in found]
 
     def _follow(self, row: Any, seen: Observed | None, cancel: bool) -> None:
         if self.exits.finishing(row.id, row.attempt):
@@ -190,16 +212,36 @@ class Reconciler:
         return timedelta(seconds=self.settings.lost_grace_s)
 
     def _stop(self, row: Any, reason: StopReason) -> None:
-        # Archive the output first: on some backends stopping deletes it with the sandbox.
-        log_key = archive_logs(self.backend, self.store, row)
-        with self.engine.begin() as conn:
-            conn.execute(
-                update(sandboxes)
-                .where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt)
-                .values(stop_reason=reason, log_key=log_key or row.log_key)
+        """Stop the attempt in the background, every one at once: archiving its output and
+        a graceful stop take a while each, and a cancelled run has many to stop."""
+        key = (row.id, row.attempt)
+        if key in self._stops_under_way:  # its stop reason is not committed yet
+            return
+        self._stops_under_way.add(key)
+        self._stop_sent[key] = time.monotonic()
+        self._background.submit(self._archive_and_stop, row, reason)
+
+    def _archive_and_stop(self, row: Any, reason: StopReason) -> None:
+        try:
+            # Archive the output first where stopping deletes it with the sandbox; elsewhere
+            # it is archived after the exit, and the stop goes out at once.
+            log_key = (
+                archive_logs(self.backend, self.store, row)
+                if self.backend.stop_removes_output
+                else None
             )
-        logger.info("stopping sandbox %s: %s", row.id, reason.value)
-        self._send_stop(row)
+            with self.engine.begin() as conn:
+                conn.execute(
+                    update(sandboxes)
+                    .where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt)
+                    .values(stop_reason=reason, log_key=log_key or row.log_key)
+                )
+            logger.info("stopping sandbox %s: %s", row.id, reason.value)
+            self._stop_now(row.id)
+        except Exception:  # the next pass sees no stop reason and tries again
+            logger.exception("stopping sandbox %s failed; will retry", row.id)
+        finally:
+            self._stops_under_way.discard((row.id, row.attempt))
 
     def _send_stop(self, row: Any) -> None:
         """Stop in the background: a graceful stop may take seconds."""
@@ -278,18 +320,20 @@ class Reconciler:
         if run.cancel_requested:
             self._skip_pending(run.id, "cancelled before it started")
         else:
-            spent = self._spent(run.id)
+            spent = self._spent(run.id) if run.budget_usd is not None else 0.0
             if self._over_budget(run, running, spent):
                 return
             staged = self._members(run.id) if stages_from_plan(run.plan) else []
             stage = launchable_stage(self.engine, self.store, run, staged, self.clock())
             if not held:
                 self._launch_ready(run, running, spent, stage)
-        self._maybe_finish_run(run)
+        if not running:  # with one running it cannot end; its exit nudges a new pass
+            self._maybe_finish_run(run)
 
     def _alert_candidates(self, run_id: str, running: Sequence[Any]) -> list[Any]:
         """Rows whose cost may have just passed their estimate: running ones and those that
-        ended lately (a cost no longer changes once the end is recorded)."""
+        ended lately (a cost no longer changes once the end is recorded) with a cost at all
+        (nothing is over an estimate at $0, and a run of no-ops reads no rows here)."""
         since = self.clock() - timedelta(seconds=ALERT_LOOKBACK_S)
         with self.engine.connect() as conn:
             ended = conn.execute(
@@ -298,6 +342,7 @@ class Reconciler:
                     sandboxes.c.status != SandboxStatus.RUNNING,
                     sandboxes.c.finished_at >= since,
                     sandboxes.c.cost_alerted.is_(False),
+                    sandboxes.c.cost_usd + sandboxes.c.prior_cost_usd > 0,
                 )
             ).all()
         return [*running, *ended]
@@ -362,7 +407,7 @@ class Reconciler:
     def _pending(self, run_id: str, slots: int, stage: int | None) -> Iterator[Any]:
         """The run's pending sandboxes (of `stage`, if staged) in launch order, a page at a
         time."""
-        page = max(2 * slots, PENDING_PAGE)
+        page = min(max(2 * slots, PENDING_PAGE_MIN), PENDING_PAGE_MAX)
         after = -1
         while slots > 0:
             query = select(sandboxes).where(

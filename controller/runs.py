@@ -212,7 +212,9 @@ def sandbox_rows(
     return rows
 
 
-SANDBOX_PAGE_MAX = 1000  # sandboxes per GET /v1/runs/{id}; runs up to this size fit one page
+# Sandboxes per page of GET /v1/runs/{id}: what a poll gets by default, and at most.
+SANDBOX_PAGE_DEFAULT = 100
+SANDBOX_PAGE_MAX = 1000
 
 
 def get_run(

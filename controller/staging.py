@@ -20,7 +20,7 @@ from controller.errors import SimpleError
 from controller.stage_input import build_stage_input
 from controller.stages import Stage, settle, stages_from_plan
 from controller.states import SandboxStatus
-from controller.store.base import ObjectStore, input_key
+from controller.store.base import ObjectStore, stage_input_key
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def _start_stage(engine: Engine, store: ObjectStore, run_id: str, stage: int) ->
     """Write the stage's input (the previous stage's rows), then let it launch."""
     with engine.connect() as conn:
         data = build_stage_input(conn, run_id, stage)
-    store.put(input_key(run_id, stage), data)
+    store.put(stage_input_key(run_id, stage), data)
     with engine.begin() as conn:
         conn.execute(update(runs).where(runs.c.id == run_id).values(stage=stage))
     logger.info("run %s: stage %d starts (input %d bytes)", run_id, stage, len(data))

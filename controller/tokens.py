@@ -59,24 +59,11 @@ def token_matches(token: str, token_hash: str | None) -> bool:
 def upload_signature(
     token_hash: str, sandbox_id: str, attempt: int, purpose: str = "snapshot"
 ) -> str:
-    """Signs the controller's snapshot-upload (or stage-input) URL with the signing key and
-    the attempt's token hash; `purpose` keeps one URL from standing in for the other."""
+    """Signs one of the controller's URLs for an attempt (its snapshot upload, or an input:
+    `input:items`, `input:resume`, `input:stage`) with the signing key and the attempt's
+    token hash; `purpose` keeps one URL from standing in for another."""
     message = f"{sandbox_id}:{attempt}:{purpose}".encode()
     return hmac.new(_signing_key_for(token_hash), message, hashlib.sha256).hexdigest()
-
-
-def input_signature(token_hash: str, sandbox_id: str, attempt: int, kind: str) -> str:
-    """Signs the controller's URL of an attempt's input (its items, its checkpoint)."""
-    message = f"{sandbox_id}:{attempt}:input:{kind}".encode()
-    return hmac.new(_signing_key_for(token_hash), message, hashlib.sha256).hexdigest()
-
-
-def input_signature_matches(signature: str, token_hash: str | None, sandbox_id: str,
-                            attempt: int, kind: str) -> bool:
-    if token_hash is None:
-        return False
-    expected = input_signature(token_hash, sandbox_id, attempt, kind)
-    return hmac.compare_digest(signature.encode(), expected.encode())
 
 
 def signature_matches(

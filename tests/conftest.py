@@ -18,6 +18,12 @@ from controller.settings import Settings
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
+# Test sandboxes run scripts from, and write to, pytest's tmp_path, which only the user
+# running the suite may enter (0700): so they run as that user, not as the unprivileged
+# uids the process backend picks by default under root, and the suite behaves the same
+# on every machine. tests/security/test_process_user.py runs sandboxes as other users.
+os.environ["SIMPLE_PROCESS_USER"] = "self"
+
 
 def require_service(name: str, reason: str) -> None:
     """A missing real service: a failure in CI, a skip elsewhere."""

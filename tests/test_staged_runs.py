@@ -17,7 +17,7 @@ import yaml
 
 from controller.cli.embedded import EmbeddedServer
 from controller.settings import REPO_CATALOG_DIR, Settings
-from controller.store.base import input_key, snapshot_key
+from controller.store.base import snapshot_key, stage_input_key
 from controller.store.local import LocalStore
 from tests.e2e_helpers import report, start_run, wait_run
 
@@ -59,7 +59,7 @@ def test_eight_explorers_then_a_judge_that_reads_their_runs(
     assert _at(judge["launched_at"]) >= last_explorer_end, "the judge waited for all 8"
     assert {r["sandbox_id"]: r["stage"] for r in result["sandboxes"]}[judge["sandbox_id"]] == 1
     store = LocalStore.from_url(served.resolved_store_url)
-    given = store.get(input_key(run_id, 1))
+    given = store.get(stage_input_key(run_id, 1))
     assert given is not None
     assert len(_rows(given, tmp_path, "SELECT * FROM runs")) == 8
     snapshot = store.get(snapshot_key(run_id, judge["sandbox_id"], judge["attempts"]))

@@ -17,9 +17,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 SANDBOX_ROUTES = (
     ("POST", re.compile(r"^/v1/sandboxes/[^/]+/events/?$")),
     ("PUT", re.compile(r"^/v1/sandboxes/[^/]+/snapshot/?$")),
-    ("GET", re.compile(r"^/v1/sandboxes/[^/]+/input/?$")),  # SIMPLE_INPUT_URL (staged runs)
-    # SIMPLE_ITEMS_URL and SIMPLE_RESUME_URL (batch templates, resumed attempts)
-    ("GET", re.compile(r"^/v1/sandboxes/[^/]+/inputs/(items|resume)/?$")),
+    # SIMPLE_ITEMS_URL, SIMPLE_RESUME_URL and SIMPLE_INPUT_URL (batch templates, resumed
+    # attempts, staged runs)
+    ("GET", re.compile(r"^/v1/sandboxes/[^/]+/inputs/(items|resume|stage)/?$")),
     ("GET", re.compile(r"^/healthz$")),
 )
 REFUSAL = json.dumps(

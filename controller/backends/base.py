@@ -105,6 +105,9 @@ class Backend(ABC):
     name: ClassVar[str]
     supports_adoption: ClassVar[bool] = True
     supports_oom_detection: ClassVar[bool] = False
+    # Whether `stop` deletes the sandbox and its output with it (so the controller archives
+    # the output before stopping); otherwise the output is archived once, after the exit.
+    stop_removes_output: ClassVar[bool] = False
 
     def __init__(self, notify: Notify | None = None) -> None:
         self._notify: Notify = notify or (lambda: None)

@@ -35,6 +35,7 @@ from sandbox_image.contract import (
 try:
     from docker.client import DockerClient
     from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+    from docker.models.containers import _create_container_args
 except ImportError as e:  # pragma: no cover - depends on the installed extras
     raise ConfigError(
         "the docker backend needs the docker package",
@@ -152,16 +153,16 @@ class DockerBackend(Backend):
         self._start_watcher()  # listening before the container starts: no exit slips by
         try:
             try:
-                container = client.containers.create(**kwargs)
+                container_id = _create(client, kwargs)
             except APIError as e:
                 if e.status_code != 409:
                     raise
                 self.remove(spec.sandbox_id)  # a leftover of an earlier attempt holds the name
-                container = client.containers.create(**kwargs)
+                container_id = _create(client, kwargs)
         except (DockerException, requests.RequestException) as e:
             raise self._launch_error(spec, "create", e) from e
         try:
-            container.start()
+            client.api.start(container_id)
         except (DockerException, requests.RequestException) as e:
             self._remove_quietly(spec.sandbox_id)
             raise self._launch_error(spec, "start", e) from e
@@ -170,7 +171,7 @@ class DockerBackend(Backend):
             spec.sandbox_id,
             spec.env.run_id,
             spec.env.attempt,
-            container.short_id,
+            container_id[:12],
         )
 
     def observe(self) -> list[Observed]:
@@ -414,3 +415,10 @@ class DockerBackend(Backend):
             return
         if observed.state == ObservedState.EXITED:
             self._exit_seen(observed)
+
+
+def _create(client: Any, kwargs: dict[str, Any]) -> str:
+    """Create the container and return its id: two engine calls per launch (create, then
+    start), where the SDK's `containers.create` adds a third, an inspect of the new one."""
+    args = _create_container_args({**kwargs, "version": client.api._version})
+    return str(client.api.create_container(**args)["Id"])

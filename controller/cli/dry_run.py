@@ -30,7 +30,7 @@ def render_run(
         sandbox_id = row["id"]
         upload = f"{controller_url}/v1/sandboxes/{sandbox_id}/snapshot?attempt=1&signature=<...>"
         # A later stage reads the stage before it (made when that stage has settled).
-        given = f"{controller_url}/v1/sandboxes/{sandbox_id}/input?attempt=1&signature=<...>"
+        given = f"{controller_url}/v1/sandboxes/{sandbox_id}/inputs/stage?attempt=1&signature=<...>"
         spec = build_sandbox_spec(
             run_id,
             sandbox_id,

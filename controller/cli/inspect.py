@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from controller.cli.common import Catalogs, Server, Token, api_client, err, errors_to_exit
+from controller.runs import SANDBOX_PAGE_MAX
 
 
 def status(
@@ -21,7 +22,11 @@ def status(
 ) -> None:
     """Show one run with its sandboxes, or list recent runs."""
     with errors_to_exit(), api_client(server, token) as client:
-        data = client.get(f"/v1/runs/{run_id}") if run_id else client.get("/v1/runs")
+        data = (
+            client.get(f"/v1/runs/{run_id}", params={"limit": SANDBOX_PAGE_MAX})
+            if run_id
+            else client.get("/v1/runs")
+        )
     if as_json:
         print(json.dumps(data, indent=2))
         return
@@ -34,6 +39,9 @@ def status(
                 f"{s['steps_total'] or '?'} ${s['cost_usd']:.2f} {s['error'] or ''}",
                 highlight=False,
             )
+        more = data["sandboxes_total"] - len(data["sandboxes"])
+        if more > 0:
+            out.print(f"  ... and {more} more (GET /v1/runs/{run_id}?offset=...)", highlight=False)
     else:
         for r in data["runs"]:
             out.print(

@@ -85,6 +85,12 @@ def serve(
         and not settings.allow_unauthenticated
     ):
         raise fail(f"refusing to serve on {settings.host} without API tokens", Exit.USAGE) from None
+    if not settings.api_tokens:
+        err.print(
+            "warning: no SIMPLE_API_TOKENS: any process on this machine can use the API, "
+            "process-backend sandboxes included; set SIMPLE_API_TOKENS to require a token",
+            highlight=False,
+        )
     with errors_to_exit():
         # docker backend, no network chosen: also listen on the `simple` network's gateway
         listener = docker_listener(

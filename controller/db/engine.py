@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ def create_db_engine(url: str) -> Engine:
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
         event.listen(engine, "connect", _sqlite_pragmas)
+        _serialize_sqlite_writes(engine)
         return engine
     if parsed.get_backend_name() == "postgresql":
         require_extra("postgres", "a PostgreSQL SIMPLE_DATABASE_URL")
@@ -65,6 +67,30 @@ def _postgres_connect_args() -> dict[str, Any]:
         "keepalives_interval": 10,
         "keepalives_count": 3,
     }
+
+
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+
+
+def _serialize_sqlite_writes(engine: Engine) -> None:
+    """SQLite lets one writer in at a time and makes the others poll for the lock, sleeping
+    1 to 100 ms between tries, so a pass's claim could wait a tenth of a second behind an
+    exit being recorded. Within this process, writers queue on a lock instead and go in the
+    moment it is free: taken at a transaction's first write, released when it ends."""
+    lock = threading.RLock()
+
+    def take(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if not conn.info.get("writing") and statement.lstrip()[:7].upper().startswith(_WRITES):
+            lock.acquire()
+            conn.info["writing"] = True
+
+    def release(conn: Any) -> None:
+        if conn.info.pop("writing", False):
+            lock.release()
+
+    event.listen(engine, "before_cursor_execute", take)
+    event.listen(engine, "commit", release)
+    event.listen(engine, "rollback", release)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

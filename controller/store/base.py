@@ -10,7 +10,7 @@ def snapshot_key(run_id: str, sandbox_id: str, attempt: int) -> str:
     return f"snapshots/{run_id}/{sandbox_id}/attempt-{attempt}.sqlite"
 
 
-def input_key(run_id: str, stage: int) -> str:
+def stage_input_key(run_id: str, stage: int) -> str:
     """The SQLite file a stage's sandboxes read (SIMPLE_INPUT_URL): the previous stage's rows."""
     return f"inputs/{run_id}/stage-{stage}.sqlite"
 

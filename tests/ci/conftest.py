@@ -283,9 +283,12 @@ def serve(settings: Settings, tmp_path: Path, ci_catalog: Path) -> Iterator[Serv
             SIMPLE_RETRY_MAX_S=str(settings.retry_max_s),
             SIMPLE_RECONCILE_INTERVAL_S=str(settings.reconcile_interval_s),
             SIMPLE_LOST_GRACE_S=str(settings.lost_grace_s),
+            SIMPLE_PROCESS_USER=settings.process_user,  # "self" unless a test says (conftest)
             PYTHONUNBUFFERED="1",
-            **extra_env,
         )
+        if settings.process_python:
+            env["SIMPLE_PROCESS_PYTHON"] = settings.process_python
+        env.update(extra_env)
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 [*SIMPLECTL, "serve", "--host", "127.0.0.1", "--port", str(port)],

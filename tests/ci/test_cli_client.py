@@ -24,7 +24,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from tests.ci.conftest import SIMPLECTL, Served, clean_env
+from tests.ci.conftest import SIMPLECTL, Served, ServeFactory, clean_env
 
 RUN_ID = re.compile(r"\brun-[0-9a-f]{8}\b")
 
@@ -326,3 +326,12 @@ def test_idempotency_key_a_retried_step_starts_no_second_run(served: Served) -> 
     assert waited.returncode == 0, waited.stderr
     assert _json_only(waited.stdout)["run_id"] == run_id, "--wait follows the same run"
     assert len(served.runs()) == 1
+
+
+def test_serve_without_tokens_says_that_every_local_process_may_use_the_api(
+    serve: ServeFactory,
+) -> None:
+    open_api = serve(SIMPLE_API_TOKENS="")
+    assert "no SIMPLE_API_TOKENS: any process on this machine can use the API" in (
+        open_api.log_path.read_text())
+    assert "no SIMPLE_API_TOKENS" not in serve().log_path.read_text()

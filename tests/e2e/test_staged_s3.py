@@ -17,7 +17,7 @@ import yaml
 from controller.backends.base import SandboxSpec
 from controller.cli.embedded import EmbeddedServer
 from controller.settings import Settings
-from controller.store.base import input_key, snapshot_key
+from controller.store.base import snapshot_key, stage_input_key
 from tests.e2e_helpers import start_run, wait_run
 from tests.services import (  # noqa: F401 - fixtures
     TEST_BUCKET,
@@ -61,7 +61,7 @@ def test_a_later_stage_reads_its_input_through_a_presigned_url(
     assert all(s.env.input_url is None for s in launched if s is not gather)
     url = urlparse(gather.env.input_url or "")
     assert f"{url.scheme}://{url.netloc}" == s3_server.endpoint_url
-    assert url.path.endswith(f"/{s3_prefix}/{input_key(run_id, 1)}")
+    assert url.path.endswith(f"/{s3_prefix}/{stage_input_key(run_id, 1)}")
     assert "X-Amz-Signature" in parse_qs(url.query)
     assert "secret" not in str(gather.env.to_environ()).lower()
     objects = s3_server.objects(TEST_BUCKET, s3_prefix)

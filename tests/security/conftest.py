@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.ci.conftest import CATALOG, GARBLED_SCRIPT, TOKEN_SCRIPT, serve, served  # noqa: F401
+from tests.sandbox_python import open_dir, private_python, sandbox_python  # noqa: F401
 from tests.security import hostile
 
 HOSTILE_CATALOG = """

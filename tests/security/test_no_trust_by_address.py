@@ -38,6 +38,7 @@ def test_a_sandbox_of_an_embedded_run_cannot_use_the_api(
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIMPLE_")}
     env["SIMPLE_DATA_DIR"] = str(tmp_path / "data")
+    env["SIMPLE_PROCESS_USER"] = "self"  # its sandbox writes into tmp_path (tests/conftest.py)
     if os.environ.get("SIMPLE_TEST_DATABASE_URL"):
         env["SIMPLE_DATABASE_URL"] = f"sqlite:///{tmp_path / 'simple.db'}"
     done = subprocess.run(

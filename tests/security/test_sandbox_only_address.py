@@ -74,7 +74,7 @@ def test_sandbox_routes_reach_their_own_checks(two_addresses: tuple[str, str]) -
                          content=b"x", timeout=10)
     signed = {"attempt": 1, "signature": "0" * 64}
     inputs = [httpx.get(f"{sandbox_side}/v1/sandboxes/sbx-nope/{path}", params=signed, timeout=10)
-              for path in ("input", "inputs/items", "inputs/resume")]
+              for path in ("inputs/stage", "inputs/items", "inputs/resume")]
     for answer in (events, snapshot, *inputs):
         assert "sandbox routes" not in answer.text, answer.text  # the route itself answered
         assert answer.status_code in (401, 403, 404, 422), answer.text

@@ -4,7 +4,6 @@ and a 1,000-sandbox run page. No browser here (see test_browser.py), no sandbox 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from html.parser import HTMLParser
 from typing import Any
@@ -175,21 +174,17 @@ def test_untrusted_strings_render_as_text(secured: tuple[Controller, TestClient]
     assert escaped in client.get("/new").text, "the template description, as text"
 
 
-def test_a_run_page_of_1000_sandboxes_renders_under_a_second(page_controller: Make) -> None:
+def test_a_run_page_of_1000_sandboxes_renders_every_row(page_controller: Make) -> None:
+    """Its speed is measured by bench/dashboard_bench.py, not asserted here."""
     controller, client = page_controller()
     ids = seed_run(controller.engine, "run-big", 1000)
-    client.get("/runs/run-big")  # warm: templates compiled, connections open
-    started = time.perf_counter()
     response = client.get("/runs/run-big")
-    elapsed = time.perf_counter() - started
     assert response.status_code == 200
     html = response.text
     assert html.count('<tr id="sb-') == 1000
     assert all(f'id="sb-{i}"' in html for i in ids[::97])
     bars = re.findall(r'<rect class="bar b-([a-z]+)', html)
     assert bars.count("retried") > 100, "earlier attempts of retried sandboxes are drawn"
-    # Not a timing assertion on the box's speed: a budget 10x what it takes (bench/ measures).
-    assert elapsed < 10, f"{elapsed:.2f} s"
 
 
 def test_runs_list_filters_pages_and_counts(page_controller: Make) -> None:

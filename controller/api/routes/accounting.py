@@ -1,23 +1,18 @@
 """What a run is accountable for: its ledger and its verification, cost-alert
-confirmations, estimate accuracy, and the stage input its sandboxes read."""
+confirmations and estimate accuracy."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.alerts import confirm_run
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.models import RunId, SandboxId, error_responses
-from controller.errors import ForbiddenError, NotFoundError, UnauthorizedError
+from controller.api.models import RunId, error_responses
 from controller.estimates import accuracy
-from controller.ingest import load_sandbox
 from controller.ledger import read_ledger
-from controller.states import SandboxStatus
-from controller.store.base import input_key
-from controller.tokens import signature_matches
 from controller.verify import verify_run
 
 router = APIRouter(tags=["accounting"], responses=error_responses(422))
@@ -118,40 +113,3 @@ def run_confirm(run_id: RunId, controller: ControllerDep) -> dict[str, Any]:
 def estimate_accuracy(controller: ControllerDep) -> dict[str, Any]:
     """Per template: the catalog's estimate against what its runs really cost and took."""
     return {"templates": accuracy(controller.engine, controller.catalog)}
-
-
-@router.get(
-    "/v1/sandboxes/{sandbox_id}/input",
-    response_class=Response,
-    responses={
-        200: {
-            "content": {"application/vnd.sqlite3": {"schema": {"type": "string"}}},
-            "description": "The previous stage's rows (SIMPLE_INPUT_URL)",
-        },
-        **error_responses(401, 403, 404),
-    },
-)
-def sandbox_input(
-    sandbox_id: SandboxId,
-    controller: ControllerDep,
-    attempt: Annotated[int, Query(ge=1)],
-    signature: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
-) -> Response:
-    """SIMPLE_INPUT_URL on the local store: signed for one attempt of one sandbox."""
-    row = load_sandbox(controller.engine, sandbox_id)
-    if not signature_matches(signature, row.token_hash, sandbox_id, attempt, "input"):
-        raise UnauthorizedError(
-            f"invalid input signature for sandbox {sandbox_id}",
-            hint="GET SIMPLE_INPUT_URL exactly as given",
-        )
-    if row.attempt != attempt or row.status != SandboxStatus.RUNNING:
-        raise ForbiddenError(
-            f"attempt {attempt} of sandbox {sandbox_id} is over",
-            hint="only the running attempt may read its input",
-        )
-    data = controller.store.get(
-        input_key(row.run_id, row.stage), max_bytes=controller.settings.snapshot_max_bytes * 64
-    )
-    if data is None:
-        raise NotFoundError(f"sandbox {sandbox_id} has no stage input (stage {row.stage})")
-    return Response(data, media_type="application/vnd.sqlite3")

@@ -22,6 +22,7 @@ from controller.item_results import MAX_PAGE, all_items, list_items
 from controller.report import REPORT_PAGE_MAX, fetch_report
 from controller.report_formats import report_junit, report_markdown
 from controller.runs import (
+    SANDBOX_PAGE_DEFAULT,
     SANDBOX_PAGE_MAX,
     cancel_run,
     create_run,
@@ -31,7 +32,10 @@ from controller.runs import (
 )
 from controller.states import RunStatus
 
-_PAGE_HELP = "sandboxes per page, in launch order; runs that fit one page are returned whole"
+_PAGE_HELP = (
+    f"sandboxes per page, in launch order (default {SANDBOX_PAGE_DEFAULT}, at most "
+    f"{SANDBOX_PAGE_MAX}); sandboxes_total and sandbox_counts cover the whole run"
+)
 
 router = APIRouter(
     prefix="/v1/runs",
@@ -102,7 +106,7 @@ def run_get(
     run_id: RunId,
     controller: ControllerDep,
     limit: Annotated[int, Query(ge=1, le=SANDBOX_PAGE_MAX, description=_PAGE_HELP)] = (
-        SANDBOX_PAGE_MAX
+        SANDBOX_PAGE_DEFAULT
     ),
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> dict[str, Any]:

@@ -42,8 +42,8 @@ from controller.ingest import (
 from controller.inputs import input_key
 from controller.runs import get_sandbox
 from controller.states import SandboxStatus
-from controller.store.base import snapshot_key
-from controller.tokens import input_signature_matches, signature_matches
+from controller.store.base import snapshot_key, stage_input_key
+from controller.tokens import signature_matches
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=error_responses(404, 422))
 
@@ -225,23 +225,25 @@ async def put_snapshot(
     responses={
         200: {
             "content": {"application/octet-stream": {"schema": {"type": "string"}}},
-            "description": "The attempt's items (JSON Lines) or its checkpoint (SQLite)",
+            "description": "The attempt's items (JSON Lines), its checkpoint (SQLite) or "
+            "the previous stage's rows (SQLite)",
         },
-        **error_responses(401, 403),
+        **error_responses(401, 403, 404),
     },
 )
 def get_input(
     sandbox_id: SandboxId,
-    kind: Annotated[str, FastApiPath(pattern="^(items|resume)$")],
+    kind: Annotated[str, FastApiPath(pattern="^(items|resume|stage)$")],
     controller: ControllerDep,
     attempt: Annotated[int, Query(ge=1)],
     signature: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
 ) -> Response:
-    """SIMPLE_ITEMS_URL / SIMPLE_RESUME_URL when the store has no presigned URLs."""
+    """SIMPLE_ITEMS_URL, SIMPLE_RESUME_URL and SIMPLE_INPUT_URL when the store has no
+    presigned URLs: signed for one attempt of one sandbox and one kind of input."""
     row = load_sandbox(controller.engine, sandbox_id)
-    if not input_signature_matches(signature, row.token_hash, sandbox_id, attempt, kind):
+    if not signature_matches(signature, row.token_hash, sandbox_id, attempt, f"input:{kind}"):
         raise UnauthorizedError(
-            f"invalid signature for the {kind} of sandbox {sandbox_id}",
+            f"invalid signature for the {kind} input of sandbox {sandbox_id}",
             hint="GET the URL exactly as given in the environment",
         )
     if row.attempt != attempt or row.status != SandboxStatus.RUNNING:
@@ -249,7 +251,13 @@ def get_input(
             f"attempt {attempt} of sandbox {sandbox_id} is over",
             hint="only the running attempt may read its inputs",
         )
-    data = controller.store.get(input_key(row, attempt, kind))
+    if kind == "stage":
+        data = controller.store.get(
+            stage_input_key(row.run_id, row.stage),
+            max_bytes=controller.settings.snapshot_max_bytes * 64,
+        )
+    else:
+        data = controller.store.get(input_key(row, attempt, kind))
     if data is None:
-        raise NotFoundError(f"sandbox {sandbox_id} attempt {attempt} has no {kind}")
+        raise NotFoundError(f"sandbox {sandbox_id} attempt {attempt} has no {kind} input")
     return Response(data, media_type="application/octet-stream")
