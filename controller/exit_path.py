@@ -3,9 +3,10 @@ archive its logs and remove it in the background, bounded, off the reconciler's 
 
 Two small pools: `finish` records ends (status, snapshot rows) and `cleanup` archives
 logs and removes sandboxes; launches use the reconciler's own pool, so they never
-wait behind either. A sandbox is finished once at a time (an exit pushed by the
-backend and the same exit seen by a pass meet here), and a run is not declared
-finished while any of its sandboxes is still being cleaned up.
+wait behind either. An attempt is finished once (an exit pushed by the backend and the
+same exit seen by a pass meet here, and a pass that read the row before the end was
+recorded does not fetch its snapshot again), and a run is not declared finished while
+any of its sandboxes is still being cleaned up.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -29,7 +30,8 @@ from controller.store.base import ObjectStore
 logger = logging.getLogger(__name__)
 
 FINISH_WORKERS = 4  # ends recorded at once (each a short transaction)
-CLEANUP_WORKERS = 4  # log archives and removals at once (each a few engine calls)
+CLEANUP_WORKERS = 8  # log archives and removals at once (each a few engine calls)
+RECORDED_MEMORY = 10_000  # latest recorded attempts remembered, so a stale row is ignored
 
 Ending = Callable[[], "tuple[Any, Outcome] | None"]
 """How an attempt ended, (row, outcome), looked up in the pool; None if it no longer runs."""
@@ -52,6 +54,8 @@ class ExitPath:
         self.clock, self.rng, self._on_done = clock, rng, on_done
         self._lock = threading.Lock()
         self._finishing: set[tuple[str, int]] = set()
+        self._recorded: set[tuple[str, int]] = set()
+        self._recorded_order: deque[tuple[str, int]] = deque()
         self._cleaning: Counter[str] = Counter()  # run id -> sandboxes being cleaned up
         self._cleaning_ids: set[str] = set()
         self._finish_pool = ThreadPoolExecutor(FINISH_WORKERS, thread_name_prefix="finish")
@@ -72,9 +76,11 @@ class ExitPath:
 
     def finish(self, key: tuple[str, int], ending: Ending) -> None:
         """Record the end of attempt `key` in the background; a second call meanwhile is
-        ignored. `ending` (run in the pool) says how it ended, or None if it no longer runs."""
+        ignored, and so is one for an attempt already recorded (a pass's row read before
+        the end was committed). `ending` (run in the pool) says how it ended, or None if
+        it no longer runs."""
         with self._lock:
-            if key in self._finishing:
+            if key in self._finishing or key in self._recorded:
                 return
             self._finishing.add(key)
         try:
@@ -89,7 +95,7 @@ class ExitPath:
             if found is None:
                 return
             row, outcome = found
-            finish_attempt(
+            recorded = finish_attempt(
                 self.engine,
                 self.backend,
                 self.store,
@@ -100,12 +106,21 @@ class ExitPath:
                 self.rng,
                 cleanup=lambda work: self._clean_up(row, work),
             )
+            if recorded:
+                self._remember(key)
         except Exception:  # the next pass sees the sandbox still running and tries again
             logger.exception("recording the end of sandbox %s failed; will retry", key[0])
         finally:
             with self._lock:
                 self._finishing.discard(key)
             self._on_done()
+
+    def _remember(self, key: tuple[str, int]) -> None:
+        with self._lock:
+            self._recorded.add(key)
+            self._recorded_order.append(key)
+            if len(self._recorded_order) > RECORDED_MEMORY:
+                self._recorded.discard(self._recorded_order.popleft())
 
     def _clean_up(self, row: Any, work: Callable[[], None]) -> None:
         with self._lock:
