@@ -18,7 +18,6 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Engine, func, select, update
@@ -26,6 +25,7 @@ from sqlalchemy import Engine, func, select, update
 from controller import metrics
 from controller.alerts import raise_cost_alerts
 from controller.backends.base import Backend, Observed, ObservedState
+from controller.db.plans import select_runs, with_plans
 from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError
 from controller.exit_path import ExitPath
@@ -78,7 +78,6 @@ class Reconciler:
         self._background = ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="backend")
         self._stop_sent: dict[tuple[str, int], float] = {}
         self._full_due = threading.Event()
-        self._plans: dict[str, Any] = {}  # run id -> plan, of the active runs
         self._stops_under_way: set[tuple[str, int]] = set()  # attempts being stopped
         self._last_full = 0.0
         self.exits = ExitPath(engine, backend, store, settings, clock, self.rng, self._nudge)
@@ -168,20 +167,9 @@ class Reconciler:
         self.pass_seconds.append(time.perf_counter() - began)
 
     def _active_runs(self, conn: Any) -> list[Any]:
-        """The active runs. A plan is written once, with its run, and can be large (a
-        1,000-sandbox run's is ~100 kB of JSON), so each is read once and kept."""
-        found = conn.execute(
-            select(*[c for c in runs.c if c.name != "plan"]).where(
-                runs.c.status.in_(list(ACTIVE_RUN))
-            )
-        ).all()
-        missing = [r.id for r in found if r.id not in self._plans]
-        if missing:
-            plans = conn.execute(select(runs.c.id, runs.c.plan).where(runs.c.id.in_(missing)))
-            self._plans.update((run_id, plan) for run_id, plan in plans)
-        for gone in set(self._plans) - {r.id for r in found}:
-            self._plans.pop(gone, None)
-        return [SimpleNamespace(**r._asdict(), plan=self._plans[r.id]) for r in found]
+        """The active runs, each plan parsed once (controller.db.plans)."""
+        found = conn.execute(select_runs(runs.c.status.in_(list(ACTIVE_RUN)))).all()
+        return with_plans(conn, found)
 
     def _follow(self, row: Any, seen: Observed | None, cancel: bool) -> None:
         if self.exits.finishing(row.id, row.attempt):
@@ -460,7 +448,11 @@ class Reconciler:
 
     def _maybe_finish_run(self, run: Any) -> None:
         with self.engine.connect() as conn:
-            fresh = conn.execute(select(runs).where(runs.c.id == run.id)).one()
+            fresh = conn.execute(
+                select(runs.c.status, runs.c.cancel_requested, runs.c.error).where(
+                    runs.c.id == run.id
+                )
+            ).one()
             statuses = list(
                 conn.execute(
                     select(sandboxes.c.status)
@@ -474,7 +466,7 @@ class Reconciler:
             return
         if self.exits.cleaning(run.id):  # it ends once every sandbox is archived and removed
             return
-        stages = stages_from_plan(fresh.plan)
+        stages = stages_from_plan(run.plan)
         members = self._members(run.id) if stages else []
         status = run_outcome(
             fresh.cancel_requested,

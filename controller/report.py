@@ -13,7 +13,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, text
 
-from controller.db.schema import attempts, runs, sandboxes
+from controller.db.plans import run_with_plan
+from controller.db.schema import attempts, sandboxes
 from controller.errors import NotFoundError
 from controller.item_results import EMPTY, add_counts, item_counts, steps_recorded
 from controller.ledger import ledger_head
@@ -62,7 +63,7 @@ def fetch_report(
     """Query everything the report needs and build it; `limit`/`offset` page its rows
     (totals always cover the whole run)."""
     with engine.connect() as conn:
-        run = conn.execute(select(runs).where(runs.c.id == run_id)).first()
+        run = run_with_plan(conn, run_id)
         if run is None:
             raise NotFoundError(f"unknown run {run_id}", hint="list runs with `simplectl status`")
         rows = conn.execute(
@@ -80,7 +81,7 @@ def fetch_report(
         items = item_counts(conn, run_id)
         steps = steps_recorded(conn, run_id)
     report = build_report(
-        run._asdict(),
+        vars(run),
         [r._asdict() for r in rows],
         totals,
         by_sandbox,

@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from controller.batches import WorkItem, items_jsonl
 from controller.catalog import Catalog, Template
+from controller.db.plans import run_with_plan, select_runs, with_plans
 from controller.db.schema import runs, sandboxes
 from controller.errors import ConflictError, InputError, NotFoundError
 from controller.estimates import planning_catalog
@@ -222,7 +223,7 @@ def get_run(
 ) -> dict[str, Any]:
     """One run with a page of its sandboxes (launch order) and counts over all of them."""
     with engine.connect() as conn:
-        run = conn.execute(select(runs).where(runs.c.id == run_id)).first()
+        run = run_with_plan(conn, run_id)
         if run is None:
             raise NotFoundError(f"unknown run {run_id}", hint="list runs with `simplectl status`")
         rows = conn.execute(
@@ -242,7 +243,7 @@ def get_run(
         }
         grouped = _stages(conn, run)
     return {
-        **public_run(run._asdict()),
+        **public_run(vars(run)),
         "sandboxes": [public_sandbox(r._asdict()) for r in rows],
         "sandboxes_total": sum(counts.values()),
         "sandbox_counts": counts,
@@ -276,11 +277,11 @@ def get_run_row(engine: Engine, run_id: str) -> Any:
 
 
 def list_runs(engine: Engine, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
-    query = select(runs).order_by(runs.c.created_at.desc()).limit(limit)
+    query = select_runs().order_by(runs.c.created_at.desc()).limit(limit)
     if status:
         query = query.where(runs.c.status == status)
     with engine.connect() as conn:
-        return [public_run(r._asdict()) for r in conn.execute(query)]
+        return [public_run(vars(r)) for r in with_plans(conn, conn.execute(query).all())]
 
 
 def cancel_run(engine: Engine, run_id: str) -> dict[str, Any]:

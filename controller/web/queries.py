@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Engine, case, func, select
 
+from controller.db.plans import select_runs, with_plans
 from controller.db.schema import attempts, events, runs, sandboxes
 from controller.runs import public_run
 from controller.states import FAILED_SANDBOX, SandboxStatus
@@ -23,12 +24,12 @@ def runs_page(
 ) -> tuple[list[dict[str, Any]], bool]:
     """One page of runs, newest first, each with sandbox counts and cost so far; and
     whether there is a next page."""
-    query = select(runs).order_by(runs.c.created_at.desc(), runs.c.id.desc())
+    query = select_runs().order_by(runs.c.created_at.desc(), runs.c.id.desc())
     if status:
         query = query.where(runs.c.status == status)
     query = query.offset((page - 1) * per_page).limit(per_page + 1)
     with engine.connect() as conn:
-        rows = [public_run(r._asdict()) for r in conn.execute(query)]
+        rows = [public_run(vars(r)) for r in with_plans(conn, conn.execute(query).all())]
         more = len(rows) > per_page
         rows = rows[:per_page]
         counts = _sandbox_counts(conn, [r["run_id"] for r in rows])
