@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, case, delete, func, insert, select
+from sqlalchemy import Connection, Engine, bindparam, case, delete, func, insert, select
 
 from controller.catalog import Catalog
 from controller.db.schema import observations
@@ -62,6 +62,10 @@ class ObservedRange:
         return f"observed (n={self.n})"
 
 
+_FORGET = delete(observations).where(observations.c.sandbox_id == bindparam("b_id"))
+_OBSERVE = insert(observations)
+
+
 def record_observation(
     conn: Connection, row: Any, status: str, attempt_cost: float, now: datetime
 ) -> None:
@@ -69,9 +73,10 @@ def record_observation(
     spec = row.spec or {}
     runtime = spec.get("estimate_runtime_s") or [None, None]
     ran = (now - row.launched_at).total_seconds() if row.launched_at else None
-    conn.execute(delete(observations).where(observations.c.sandbox_id == row.id))
+    conn.execute(_FORGET, {"b_id": row.id})
     conn.execute(
-        insert(observations).values(
+        _OBSERVE,
+        dict(
             sandbox_id=row.id,
             run_id=row.run_id,
             template_id=row.template_id,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, bindparam, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from controller import metrics
@@ -221,27 +221,31 @@ class Ended:
     final: bool  # no retry follows
 
 
+# Built once, bound per end (`values` name the columns to set).
+_END_RUNNING = update(sandboxes).where(
+    sandboxes.c.id == bindparam("b_id"),
+    sandboxes.c.attempt == bindparam("b_attempt"),
+    sandboxes.c.status == SandboxStatus.RUNNING,
+)
+_END_ATTEMPT = update(attempts).where(
+    attempts.c.sandbox_id == bindparam("b_id"), attempts.c.attempt == bindparam("b_attempt")
+)
+
+
 def _record(engine: Engine, row: Any, ended: Ended, rows: Any, now: datetime) -> bool:
     """Write the attempt's end, its snapshot rows, its ledger entry and (when it is the
     sandbox's last) its observation, in one transaction; False if stale."""
     outcome, values = ended.outcome, ended.values
     cost, tokens = _attempt_cost(row, rows)
     with engine.begin() as conn:
-        done = conn.execute(
-            update(sandboxes)
-            .where(
-                sandboxes.c.id == row.id,
-                sandboxes.c.attempt == row.attempt,
-                sandboxes.c.status == SandboxStatus.RUNNING,
-            )
-            .values(**values, aggregated=rows is not None)
-        ).rowcount
-        if not done:
+        key = {"b_id": row.id, "b_attempt": row.attempt}
+        done = conn.execute(_END_RUNNING, {**values, "aggregated": rows is not None, **key})
+        if not done.rowcount:
             return False
         conn.execute(
-            update(attempts)
-            .where(attempts.c.sandbox_id == row.id, attempts.c.attempt == row.attempt)
-            .values(
+            _END_ATTEMPT,
+            dict(
+                key,
                 status=outcome.status,
                 exit_code=outcome.exit_code,
                 error=outcome.error,

@@ -19,7 +19,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, insert, select, update
 
 from controller.db.schema import ledger, runs
 from controller.errors import NotFoundError
@@ -75,6 +75,17 @@ def entry_hash(seq: int, prev_hash: str, record: dict[str, Any]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+# Built once: an append runs three statements per ended attempt.
+_LOCK_RUN = update(runs).where(runs.c.id == bindparam("b_run_id")).values(status=runs.c.status)
+_HEAD = (
+    select(ledger.c.seq, ledger.c.entry_hash)
+    .where(ledger.c.run_id == bindparam("b_run_id"))
+    .order_by(ledger.c.seq.desc())
+    .limit(1)
+)
+_APPEND = insert(ledger)
+
+
 def append_entry(
     conn: Connection, run_id: str, record: dict[str, Any], now: datetime
 ) -> dict[str, Any]:
@@ -82,13 +93,8 @@ def append_entry(
     # Serialise appends per run: writing the run's row locks it (PostgreSQL) and takes
     # the database's write lock (SQLite) before the head is read, so the second of two
     # finishers waits here, then sees the first one's entry as the head.
-    conn.execute(update(runs).where(runs.c.id == run_id).values(status=runs.c.status))
-    head = conn.execute(
-        select(ledger.c.seq, ledger.c.entry_hash)
-        .where(ledger.c.run_id == run_id)
-        .order_by(ledger.c.seq.desc())
-        .limit(1)
-    ).first()
+    conn.execute(_LOCK_RUN, {"b_run_id": run_id})
+    head = conn.execute(_HEAD, {"b_run_id": run_id}).first()
     seq, prev = (head.seq + 1, head.entry_hash) if head else (1, GENESIS)
     digest = entry_hash(seq, prev, record)
     entry = {
@@ -101,7 +107,7 @@ def append_entry(
         "record": record,
         "created_at": now,
     }
-    conn.execute(insert(ledger).values(**entry))
+    conn.execute(_APPEND, entry)
     return entry
 
 
