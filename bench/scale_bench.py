@@ -8,16 +8,18 @@ Two sides, one after the other, each on its own copy of the seeded SQLite databa
   loop spawning the same no-op at the same concurrency (subprocess, no controller).
 While a run goes, a client polls `GET /v1/runs/{id}` every 50 ms (the default page: the
 first 100 sandboxes and the counts over all of them), another the whole run
-(`?limit=1000`) every second, and the report is fetched at the end.
+(`?limit=1000`) every second, and the report is fetched at the end. The clients run in a
+process of their own, as real ones do: this process is the controller (API server,
+reconciler, exit path), and its RSS and CPU are the controller's alone.
 
 Clocks and figures:
-- controller RSS: peak VmRSS of this process (controller, API server and the polling
-  client all live in it), sampled every 50 ms;
+- controller RSS: peak VmRSS of this process, sampled every 50 ms;
 - reconcile pass: the reconciler's own duration of each pass (time.perf_counter);
 - GET /v1/runs/{id}: client-side latency of each poll, p99 (the whole-run page printed
   beside it);
-- CPU per sandbox: this process's CPU time over the side / N (a figure the load of a
-  shared machine does not inflate as much as wall-clock ones);
+- CPU: this process's CPU time over the side, start-up (catalog, plan) included; per
+  sandbox, / N (a figure the load of a shared machine does not inflate as much as
+  wall-clock ones);
 - overhead per sandbox: (SIMPLE makespan - bare makespan) / N on the process backend,
   makespan / N on the instant one (nothing to subtract); SIMPLE's makespan is the run's
   created_at -> finished_at (the controller's wall clock), the bare one perf_counter.
@@ -29,6 +31,7 @@ The last line is the verdict: `bench-scale: ... : OK|MISS`.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import shutil
 import statistics
 import subprocess
@@ -37,6 +40,7 @@ import tempfile
 import threading
 import time
 from datetime import UTC, datetime
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +58,11 @@ from controller.db.schema import attempts, result_runs, runs, sandboxes
 from controller.planner import PlanRequest, Priority, plan
 from controller.runs import sandbox_id_for, sandbox_spec
 from controller.settings import Settings
-from tests.e2e_helpers import start_run, wait_run
+from tests.e2e_helpers import FINAL, start_run
 
 NOOP = ["python", "-S", "-c", "pass"]
 SUITE = "scale"
+SPAWN = multiprocessing.get_context("spawn")  # not fork: this process runs threads
 TARGETS = {"rss_mb": 300.0, "pass_p99_ms": 50.0, "get_p99_ms": 100.0, "overhead_ms": 20.0}
 
 
@@ -127,25 +132,55 @@ def rss_mb() -> float:
 
 
 class Poller(threading.Thread):
-    """GETs the run every 50 ms, timing each answer; samples this process's RSS."""
+    """GETs the run every `every_s`, timing each answer, until the run ends."""
 
-    def __init__(self, url: str, run_id: str, every_s: float = 0.05,
+    def __init__(self, url: str, run_id: str, every_s: float,
                  params: dict[str, int] | None = None) -> None:
         super().__init__(daemon=True)
         self.url, self.run_id, self.every_s, self.params = url, run_id, every_s, params
         self.latencies: list[float] = []
-        self.peak_rss = rss_mb()
+        self.last: dict[str, Any] = {}
         self.done = threading.Event()
 
     def run(self) -> None:
         with httpx.Client(timeout=30) as client:
             while not self.done.is_set():
                 began = time.perf_counter()
-                client.get(f"{self.url}/v1/runs/{self.run_id}", params=self.params
-                           ).raise_for_status()  # fmt: skip
+                response = client.get(f"{self.url}/v1/runs/{self.run_id}", params=self.params)
                 self.latencies.append(time.perf_counter() - began)
-                self.peak_rss = max(self.peak_rss, rss_mb())
+                self.last = response.raise_for_status().json()
+                if self.last["status"] in FINAL:
+                    return
                 self.done.wait(self.every_s)
+
+
+def clients(url: str, pipe: Connection) -> None:
+    """The clients' process: says it is ready; told the run's id, GETs the default page
+    every 50 ms and the whole run every second until the run ends; answers (latencies,
+    whole-run latencies, the run)."""
+    pipe.send("ready")
+    run_id = pipe.recv()
+    page = Poller(url, run_id, every_s=0.05)
+    whole = Poller(url, run_id, every_s=1.0, params={"limit": 1000})
+    page.start()
+    whole.start()
+    page.join()
+    whole.done.set()
+    whole.join()
+    pipe.send((page.latencies, whole.latencies, page.last))
+
+
+class PeakRss(threading.Thread):
+    """This process's peak VmRSS, sampled every 50 ms."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak = rss_mb()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.05):
+            self.peak = max(self.peak, rss_mb())
 
 
 def p99(values: list[float]) -> float:
@@ -163,34 +198,36 @@ def simple_side(workdir: Path, db: Path, catalog: Path, parallel: int, instant: 
     )
     backend = InstantBackend() if instant else None
     cpu = time.process_time()
+    rss = PeakRss()
+    rss.start()
     with EmbeddedServer(settings, backend=backend) as server:
+        mine, theirs = multiprocessing.Pipe()
+        polling = SPAWN.Process(target=clients, args=(server.url, theirs))
+        polling.start()
+        mine.recv()  # ready (its imports done): it waits for the run's id
         body = {"suites": [SUITE], "priority": "speed", "max_parallel": parallel}
         run_id = start_run(server.url, body)
-        poller = Poller(server.url, run_id)
-        whole = Poller(server.url, run_id, every_s=1.0, params={"limit": 1000})
-        poller.start()
-        whole.start()
-        run: dict[str, Any] = wait_run(server.url, run_id, timeout_s=3600)
-        for thread in (poller, whole):
-            thread.done.set()
-            thread.join()
+        mine.send(run_id)
+        latencies, whole, run = mine.recv()
+        polling.join()
         began = time.perf_counter()
         httpx.get(f"{server.url}/v1/runs/{run_id}/report", timeout=60).raise_for_status()
         report_s = time.perf_counter() - began
         passes = list(server.controller.reconciler.pass_seconds)
     cpu = time.process_time() - cpu
+    rss.done.set()
     if run["status"] != "succeeded":
         raise RuntimeError(f"run {run_id} ended {run['status']}: {run['sandbox_counts']}")
     ended, created = (datetime.fromisoformat(run[k]) for k in ("finished_at", "created_at"))
     return {
         "makespan": (ended - created).total_seconds(),
-        "rss_mb": poller.peak_rss,
+        "rss_mb": rss.peak,
         "pass_p99_ms": p99(passes),
         "pass_median_ms": statistics.median(passes) * 1000,
         "passes": len(passes),
-        "get_p99_ms": p99(poller.latencies),
-        "get_median_ms": statistics.median(poller.latencies) * 1000,
-        "whole_p99_ms": p99(whole.latencies),
+        "get_p99_ms": p99(latencies),
+        "get_median_ms": statistics.median(latencies) * 1000,
+        "whole_p99_ms": p99(whole),
         "report_ms": report_s * 1000,
         "cpu_s": cpu,
     }

@@ -20,11 +20,12 @@ def wait_run(
     url: str, run_id: str, timeout_s: float = 60, headers: dict[str, str] | None = None
 ) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        run = httpx.get(f"{url}/v1/runs/{run_id}", headers=headers or {}, timeout=30).json()
-        if run["status"] in FINAL:
-            return dict(run)
-        time.sleep(0.1)
+    with httpx.Client(headers=headers or {}, timeout=30) as client:  # one connection
+        while time.monotonic() < deadline:
+            run = client.get(f"{url}/v1/runs/{run_id}").json()
+            if run["status"] in FINAL:
+                return dict(run)
+            time.sleep(0.1)
     raise AssertionError(f"run {run_id} did not end within {timeout_s} s: {run}")
 
 
