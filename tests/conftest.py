@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 import textwrap
+import threading
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -79,3 +82,18 @@ def catalog_dir(tmp_path: Path) -> Callable[[str], Path]:
         return directory
 
     return write
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Name the threads still running when the tests end (a test that leaves a controller,
+    a backend watcher or an informer behind): at exit they die wherever they stand, and
+    one caught inside native code has aborted the interpreter (exit 134 after a green
+    PostgreSQL pass)."""
+    left = [t for t in threading.enumerate() if t is not threading.main_thread()]
+    if left:
+        frames = sys._current_frames()
+        print(f"\n{len(left)} thread(s) still running after the tests:", file=sys.stderr)
+        for thread in left:
+            frame = frames.get(thread.ident or 0)
+            where = traceback.extract_stack(frame)[-1] if frame else None
+            print(f"  {thread.name} (daemon={thread.daemon}) at {where}", file=sys.stderr)

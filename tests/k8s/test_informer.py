@@ -38,6 +38,9 @@ class Stream:
     def close(self) -> None:
         self.closed.set()
 
+    def shutdown(self) -> None:  # what Informer.close calls to unblock a watch's read
+        self.closed.set()
+
     def release_conn(self) -> None:
         pass
 

@@ -106,7 +106,10 @@ def test_a_new_backend_adopts_running_jobs(cluster: FakeCluster, k8s_settings: S
     backend.launch(make_spec("sbx-before-restart"))
     batch, core = cluster.apis()
     restarted = KubernetesBackend(k8s_settings, batch_api=batch, core_api=core)
-    assert [o.sandbox_id for o in restarted.observe()] == ["sbx-before-restart"]
+    try:
+        assert [o.sandbox_id for o in restarted.observe()] == ["sbx-before-restart"]
+    finally:
+        restarted.close()  # its watches, before the fake API server stops
 
 
 def test_stop_and_remove_delete_in_background_and_are_idempotent(
@@ -223,11 +226,13 @@ def test_image_pull_failures_end_with_a_reason_and_hint(
 
 
 def test_unschedulable_ends_only_after_the_grace(cluster: FakeCluster, k8s_settings: Settings,
-                                                 make_spec: MakeSpec) -> None:
+                                                 make_spec: MakeSpec,
+                                                 request: pytest.FixtureRequest) -> None:
     now = [T0 + 60]
     batch, core = cluster.apis()
     backend = KubernetesBackend(k8s_settings, batch_api=batch, core_api=core,
                                 clock=lambda: now[0], unschedulable_grace_s=120)
+    request.addfinalizer(backend.close)  # its watches, before the fake API server stops
     backend.launch(make_spec("sbx-big", cpu="64"))
     cluster.start_pod("sbx-big", conditions=[{
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable",

@@ -56,12 +56,15 @@ def test_api_routes_are_refused_on_the_sandbox_address(
     two_addresses: tuple[str, str], method: str, path: str
 ) -> None:
     api, sandbox_side = two_addresses
-    refused = httpx.request(method, sandbox_side + path, json={"names": ["quick"]}, timeout=10)
+    body = {"names": ["quick"], "max_parallel": 0}  # refused by its own check: no run starts
+    refused = httpx.request(method, sandbox_side + path, json=body, timeout=10)
     assert refused.status_code == 401
     assert refused.json()["error"]["message"] == "this address serves only the sandbox routes"
     # the same route on the API address is not refused for its address
-    served = httpx.request(method, api + path, json={"names": ["quick"]}, timeout=10)
+    served = httpx.request(method, api + path, json=body, timeout=10)
     assert served.status_code != 401 or "sandbox routes" not in served.text
+    if method == "POST":  # reached the route: its own validation answered
+        assert served.status_code == 422 and served.json()["error"]["field"] == "max_parallel"
 
 
 def test_sandbox_routes_reach_their_own_checks(two_addresses: tuple[str, str]) -> None:
