@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -54,8 +54,7 @@ class ExitPath:
         self.clock, self.rng, self._on_done = clock, rng, on_done
         self._lock = threading.Lock()
         self._finishing: set[tuple[str, int]] = set()
-        self._recorded: set[tuple[str, int]] = set()
-        self._recorded_order: deque[tuple[str, int]] = deque()
+        self._recorded: dict[tuple[str, int], None] = {}  # insertion order: oldest first
         self._cleaning: Counter[str] = Counter()  # run id -> sandboxes being cleaned up
         self._cleaning_ids: set[str] = set()
         self._finish_pool = ThreadPoolExecutor(FINISH_WORKERS, thread_name_prefix="finish")
@@ -117,10 +116,9 @@ class ExitPath:
 
     def _remember(self, key: tuple[str, int]) -> None:
         with self._lock:
-            self._recorded.add(key)
-            self._recorded_order.append(key)
-            if len(self._recorded_order) > RECORDED_MEMORY:
-                self._recorded.discard(self._recorded_order.popleft())
+            self._recorded[key] = None
+            if len(self._recorded) > RECORDED_MEMORY:
+                del self._recorded[next(iter(self._recorded))]
 
     def _clean_up(self, row: Any, work: Callable[[], None]) -> None:
         with self._lock:
