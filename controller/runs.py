@@ -7,6 +7,7 @@ import json
 import re
 import secrets
 import zlib
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -244,7 +245,7 @@ def get_run(
         grouped = _stages(conn, run)
     return {
         **public_run(vars(run)),
-        "sandboxes": [public_sandbox(r._asdict()) for r in rows],
+        "sandboxes": [public_sandbox(r._mapping) for r in rows],
         "sandboxes_total": sum(counts.values()),
         "sandbox_counts": counts,
         "stages": grouped,
@@ -326,7 +327,7 @@ def public_run(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def public_sandbox(row: dict[str, Any]) -> dict[str, Any]:
+def public_sandbox(row: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "sandbox_id": row["id"],
         "run_id": row["run_id"],

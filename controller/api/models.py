@@ -399,11 +399,10 @@ class SandboxDetail(SandboxPublic):
     )
 
 
-class RunSummary(_Public):
+class _RunFields(_Public):
     run_id: str
     status: RunStatus
     backend: str
-    plan: PlanPublic
     request: dict[str, Any] = Field(description="The body the run was created with")
     budget_usd: float | None
     max_parallel: int
@@ -414,12 +413,20 @@ class RunSummary(_Public):
     finished_at: Timestamp
 
 
-class RunPublic(RunSummary):
-    """A run with its sandboxes (a page of them: `limit` and `offset`, in launch order)."""
+class RunSummary(_RunFields):
+    plan: PlanPublic
+
+
+class RunPage(_RunFields):
+    """A run page without its plan: what changes between polls (see api/rendered.py)."""
 
     sandboxes: list[SandboxPublic]
     sandboxes_total: int = Field(description="Sandboxes in the run, on every page")
     sandbox_counts: dict[str, int] = Field(description="Sandboxes per status, whole run")
+
+
+class RunPublic(RunPage, RunSummary):
+    """A run with its sandboxes (a page of them: `limit` and `offset`, in launch order)."""
 
 
 class RunList(_Public):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import SimpleNamespace
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -34,6 +34,7 @@ class _Plans:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.kept: OrderedDict[str, Any] = OrderedDict()
+        self.rendered: OrderedDict[str, bytes] = OrderedDict()
 
 
 _by_engine: WeakKeyDictionary[Engine, _Plans] = WeakKeyDictionary()
@@ -66,6 +67,24 @@ def plans(conn: Connection, run_ids: Iterable[str]) -> dict[str, Any]:
             while len(cache.kept) > PLANS_KEPT:
                 cache.kept.popitem(last=False)
     return found
+
+
+def rendered_plan(
+    engine: Engine, run_id: str, plan: Any, render: Callable[[Any], bytes]
+) -> bytes:
+    """`render(plan)` of this run's plan, computed once per process (the run page's JSON)."""
+    cache = _plans_of(engine)
+    with cache.lock:
+        found = cache.rendered.get(run_id)
+        if found is not None:
+            cache.rendered.move_to_end(run_id)
+            return found
+    body = render(plan)
+    with cache.lock:
+        cache.rendered[run_id] = body
+        while len(cache.rendered) > PLANS_KEPT:
+            cache.rendered.popitem(last=False)
+    return body
 
 
 def select_runs(*where: ColumnElement[bool]) -> Any:

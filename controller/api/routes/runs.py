@@ -18,6 +18,7 @@ from controller.api.models import (
     SandboxIdQuery,
     error_responses,
 )
+from controller.api.rendered import run_response
 from controller.item_results import MAX_PAGE, all_items, list_items
 from controller.report import REPORT_PAGE_MAX, fetch_report
 from controller.report_formats import report_junit, report_markdown
@@ -109,9 +110,9 @@ def run_get(
         SANDBOX_PAGE_DEFAULT
     ),
     offset: Annotated[int, Query(ge=0)] = 0,
-) -> dict[str, Any]:
+) -> Response:
     """One run with its sandboxes (a page: limit, offset) and their progress."""
-    return get_run(controller.engine, run_id, limit, offset)
+    return run_response(controller.engine, get_run(controller.engine, run_id, limit, offset))
 
 
 @router.post("/{run_id}/cancel", response_model=RunPublic, responses=error_responses(404))
