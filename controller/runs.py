@@ -327,7 +327,7 @@ def public_run(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def public_sandbox(row: Mapping[str, Any]) -> dict[str, Any]:
+def public_sandbox(row: Mapping[Any, Any]) -> dict[str, Any]:
     return {
         "sandbox_id": row["id"],
         "run_id": row["run_id"],
