@@ -198,15 +198,12 @@ def _stamp(engine: Engine, row: Any, log: str | None, recorded_at: datetime | No
         if log:
             conn.execute(_STAMP_LOG, {**keys, "log_key": log})
         if recorded_at:
-            conn.execute(_STAMP_RECORDED, {**keys, "recorded_at": recorded_at})
+            conn.execute(_END_ATTEMPT, {**keys, "recorded_at": recorded_at})
 
 
 # Built once, bound per row: building an UPDATE costs more than running it (see _record).
 _STAMP_LOG = update(sandboxes).where(
     sandboxes.c.id == bindparam("b_id"), sandboxes.c.attempt == bindparam("b_attempt")
-)
-_STAMP_RECORDED = update(attempts).where(
-    attempts.c.sandbox_id == bindparam("b_id"), attempts.c.attempt == bindparam("b_attempt")
 )
 
 

@@ -16,7 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
+from controller.db.engine import create_db_engine, upgrade
 from controller.settings import Settings
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -56,6 +58,15 @@ def database_url(tmp_path: Path) -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         admin.dispose()
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    """An engine on `database_url`, migrated to the latest schema."""
+    engine = create_db_engine(database_url)
+    upgrade(engine)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture

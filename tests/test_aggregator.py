@@ -16,7 +16,6 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from controller.aggregator import SnapshotRows, load_snapshot, read_snapshot
-from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import result_runs, result_steps
 from controller.errors import SnapshotRejected
 from sandbox_image.contract import SNAPSHOT_SCHEMA_SQL, SNAPSHOT_TABLES
@@ -315,14 +314,6 @@ def test_private_copy_is_removed_after_reading(snapshot, private_tmp: Path) -> N
 
 
 # --- loading ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = create_db_engine(database_url)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 def counts(engine: Engine, sandbox_id: str) -> tuple[int, int]:

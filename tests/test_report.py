@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from sqlalchemy import Engine, update
 
 from controller.aggregator import load_snapshot, read_snapshot
 from controller.catalog import Catalog, load_catalog
-from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import sandboxes
 from controller.errors import NotFoundError
 from controller.planner import PlanRequest
@@ -124,14 +122,6 @@ def test_build_report_without_results() -> None:
 @pytest.fixture(scope="module")
 def catalog() -> Catalog:
     return load_catalog([REPO_CATALOG_DIR])
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = create_db_engine(database_url)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 def snapshot_bytes(path: Path, runs: list[dict[str, Any]],

@@ -28,24 +28,23 @@ def _adapter(model: type[BaseModel]) -> TypeAdapter[Any]:
     return TypeAdapter(model)
 
 
-def model_response(model: type[BaseModel], value: dict[str, Any]) -> Response:
-    """`value` validated as `model` and answered as its JSON (a ValidationError is a bug)."""
-    adapter = _adapter(model)
-    body = adapter.dump_json(adapter.validate_python(value))
-    return Response(content=body, media_type="application/json")
-
-
 def run_response(engine: Engine, page: dict[str, Any]) -> Response:
     """A `RunPublic` answer: the page validated and serialized but for its plan, whose
     JSON is kept per run."""
     fields = dict(page)
     plan = fields.pop("plan")
-    head = _adapter(RunPage).dump_json(_adapter(RunPage).validate_python(fields))
+    head = _json(RunPage, fields)
     plan_json = rendered_plan(engine, page["run_id"], plan, _render_plan)
-    return Response(content=head[:-1] + b',"plan":' + plan_json + b"}",
-                    media_type="application/json")
+    return Response(
+        content=head[:-1] + b',"plan":' + plan_json + b"}", media_type="application/json"
+    )
 
 
 def _render_plan(plan: Any) -> bytes:
-    adapter = _adapter(PlanPublic)
-    return adapter.dump_json(adapter.validate_python(plan))
+    return _json(PlanPublic, plan)
+
+
+def _json(model: type[BaseModel], value: Any) -> bytes:
+    """`value` validated as `model`, as that model's JSON (a ValidationError is a bug)."""
+    adapter = _adapter(model)
+    return adapter.dump_json(adapter.validate_python(value))

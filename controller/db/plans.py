@@ -63,15 +63,12 @@ def plans(conn: Connection, run_ids: Iterable[str]) -> dict[str, Any]:
         read = {run_id: plan for run_id, plan in conn.execute(query)}
         found.update(read)
         with cache.lock:
-            cache.kept.update(read)
-            while len(cache.kept) > PLANS_KEPT:
-                cache.kept.popitem(last=False)
+            for run_id, plan in read.items():
+                _keep(cache.kept, run_id, plan)
     return found
 
 
-def rendered_plan(
-    engine: Engine, run_id: str, plan: Any, render: Callable[[Any], bytes]
-) -> bytes:
+def rendered_plan(engine: Engine, run_id: str, plan: Any, render: Callable[[Any], bytes]) -> bytes:
     """`render(plan)` of this run's plan, computed once per process (the run page's JSON)."""
     cache = _plans_of(engine)
     with cache.lock:
@@ -81,10 +78,16 @@ def rendered_plan(
             return found
     body = render(plan)
     with cache.lock:
-        cache.rendered[run_id] = body
-        while len(cache.rendered) > PLANS_KEPT:
-            cache.rendered.popitem(last=False)
+        _keep(cache.rendered, run_id, body)
     return body
+
+
+def _keep(kept: OrderedDict[str, Any], run_id: str, value: Any) -> None:
+    """Keep `value` as the most recent; drop the least recently used past PLANS_KEPT."""
+    kept[run_id] = value
+    kept.move_to_end(run_id)
+    while len(kept) > PLANS_KEPT:
+        kept.popitem(last=False)
 
 
 def select_runs(*where: ColumnElement[bool]) -> Any:

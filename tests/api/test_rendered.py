@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,7 +13,6 @@ from sqlalchemy import Engine, insert
 from controller.api import rendered
 from controller.api.models import RunPublic
 from controller.db import plans as plans_module
-from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import runs, sandboxes
 from controller.runs import get_run
 
@@ -28,14 +26,6 @@ PLAN = {
     "budget_usd": None,
     "a_key_of_a_later_version": {"kept": True},
 }
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = create_db_engine(database_url)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 def _add_run(engine: Engine, run_id: str) -> None:

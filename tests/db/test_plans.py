@@ -4,7 +4,6 @@ run page and every reconcile pass read runs without their plan column."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,13 +30,6 @@ def _add_run(engine: Engine, run_id: str, plan: dict[str, Any]) -> None:
             id=run_id, status="running", backend="process", request={}, plan=plan,
             max_parallel=1, cancel_requested=False, created_at=now,
         ))  # fmt: skip
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = _engine(database_url)
-    yield engine
-    engine.dispose()
 
 
 def _plan_reads(engine: Engine) -> list[str]:

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from sqlalchemy import Engine, insert, update
 
 from controller.catalog import Catalog
-from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import events, sandboxes
 from controller.planner import PlanRequest
 from controller.principal.notices import run_notices
 from controller.runs import create_run, get_run
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = create_db_engine(database_url)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 def _run(engine: Engine, catalog: Catalog) -> tuple[str, list[str]]:
