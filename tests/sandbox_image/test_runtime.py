@@ -200,3 +200,20 @@ def test_missing_contract_env_exits_2(fake_controller: Recorder, tmp_path: Path)
     assert proc.returncode == 2
     assert ENV_SNAPSHOT_URL in proc.stderr
     assert fake_controller.post_sizes == [] and fake_controller.put_auth == []
+
+
+def test_the_runtime_starts_without_the_http_clients_command_line() -> None:
+    """httpx imports its CLI (rich, click) when they are installed, as beside the
+    controller: ~40 ms of every sandbox's start. The runtime's entry point keeps it out."""
+    if subprocess.run([sys.executable, "-c", "import rich, click"], check=False).returncode:
+        pytest.fail("rich and click are the controller's dependencies: install the project")
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "sandbox_image"],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "sandbox_image.runtime" in imported and "httpx" in imported  # it got that far
+    assert done.returncode == 2 and "missing environment variables" in done.stderr
+    assert not imported & {"rich", "click"}, sorted(imported & {"rich", "click"})
