@@ -4,9 +4,10 @@ Each attempt gets its own directory `<data_dir>/sandboxes/<sandbox-id>/attempt-<
 with `meta.json` (the labels), `output.log` (stdout and stderr), and `exit.json` once
 it ends. Its working directory is outside the data directory (which holds the database,
 the store and the signing key): `<tmp>/simple-work-<controller id>/<sandbox>/attempt-<n>/`.
-A small supervisor (`process_supervisor.py`) owns the sandbox's process group, enforces
-the memory limit, and records the exit, so a restarted controller finds every sandbox
-again; the files a sandbox can write are never trusted to name a process to signal.
+A small supervisor (`process_supervisor.py`, forked by one long-lived fork server:
+`process_forkserver.py`) owns the sandbox's process group, enforces the memory limit,
+and records the exit, so a restarted controller finds every sandbox again; the files a
+sandbox can write are never trusted to name a process to signal.
 When the controller runs as root, each sandbox runs as an unprivileged uid of its own
 (`process_user.py`): its working directory is then the only one it owns, the data
 directory is private, and the supervisor stays root.
@@ -20,7 +21,6 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.backends.base import Backend, Notify, Observed, ObservedState, SandboxSpec
+from controller.backends.process_forkserver import SUPERVISOR, ExitWatch, ForkServer
 from controller.backends.process_user import (
     PRIVATE,
     TRAVERSABLE,
@@ -36,14 +37,13 @@ from controller.backends.process_user import (
     UserPolicy,
     prepare_dir,
 )
-from controller.errors import BackendError, NotFoundError
+from controller.errors import NotFoundError
 from controller.quantities import memory_bytes
 from controller.settings import Settings
 from sandbox_image.contract import LABEL_CONTROLLER, LABEL_RUN_ID
 
 logger = logging.getLogger(__name__)
 
-SUPERVISOR = Path(__file__).with_name("process_supervisor.py")
 STOP_GRACE_S = 3.0
 # What a sandbox process inherits from the controller: enough to run, no secrets.
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
@@ -67,8 +67,11 @@ class ProcessBackend(Backend):
             settings.data_dir.resolve(),
             _inherited_env(),
         )
-        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        # sandbox id -> (supervisor pid, attempt directory, user) while its supervisor runs
+        self._children: dict[str, tuple[int, Path, SandboxUser | None]] = {}
         self._lock = threading.Lock()
+        self._forks = ForkServer(sys.executable, _inherited_env())
+        self._exits = ExitWatch(self._ended)
 
     def render(self, spec: SandboxSpec) -> dict[str, Any]:
         return {
@@ -106,43 +109,25 @@ class ProcessBackend(Backend):
         if user is not None:
             env["HOME"] = str(work)  # the only directory it may write besides /tmp
         limit = memory_bytes(spec.resources.memory) if spec.resources.memory else 0
-        argv = [
-            sys.executable,
-            "-I",
-            "-S",
-            str(SUPERVISOR),
-            str(directory),
-            str(limit),
-            str(work),
-            user.argument if user is not None else "-",
-            "--",
-            *self._command(spec.command),
-        ]
-        try:
-            child = subprocess.Popen(
-                argv,
-                env=env,
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        except OSError as e:
-            raise BackendError(f"cannot start the supervisor for {spec.sandbox_id}: {e}") from e
-        _write_json(directory / "supervisor.json", {"pid": child.pid})
+        pid = self._forks.spawn(
+            {
+                "directory": str(directory),
+                "memory_limit": limit,
+                "workdir": str(work),
+                "user": user.argument if user is not None else "-",
+                "command": list(self._command(spec.command)),
+                "env": env,
+            }
+        )
+        _write_json(directory / "supervisor.json", {"pid": pid})
         with self._lock:
-            self._children[spec.sandbox_id] = child
-        threading.Thread(
-            target=self._wait,
-            args=(spec.sandbox_id, child, directory, user),
-            daemon=True,
-            name=f"wait-{spec.sandbox_id}",
-        ).start()
+            self._children[spec.sandbox_id] = (pid, directory, user)
+        self._exits.add(pid, spec.sandbox_id)
         logger.info(
-            "launched sandbox %s attempt %d (pid %d%s)",
+            "launched sandbox %s attempt %d (supervisor pid %d%s)",
             spec.sandbox_id,
             spec.env.attempt,
-            child.pid,
+            pid,
             f", uid {user.uid}" if user is not None else "",
         )
 
@@ -160,23 +145,24 @@ class ProcessBackend(Backend):
             os.chown(work, user.uid, user.gid)
         return work
 
-    def _wait(
-        self,
-        sandbox_id: str,
-        child: subprocess.Popen[bytes],
-        directory: Path,
-        user: SandboxUser | None,
-    ) -> None:
-        child.wait()
-        self.users.release(user)  # the supervisor killed every process running as it
+    def _ended(self, sandbox_id: str) -> None:
+        """Its supervisor exited (the exit watch): report the exit it recorded."""
         with self._lock:
-            if self._children.get(sandbox_id) is child:
-                del self._children[sandbox_id]
+            child = self._children.pop(sandbox_id, None)
+        if child is None:
+            return
+        _, directory, user = child
+        self.users.release(user)  # the supervisor killed every process running as it
         observed = self._observe_dir(directory)  # the supervisor wrote exit.json before exiting
         if observed is not None and observed.state == ObservedState.EXITED:
             self._exit_seen(observed)
         else:
             self._notify()
+
+    def close(self) -> None:
+        """Stop the fork server and the watch; running sandboxes carry on, supervised."""
+        self._forks.close()
+        self._exits.close()
 
     def observe(self) -> list[Observed]:
         seen = []
@@ -236,9 +222,8 @@ class ProcessBackend(Backend):
         proves it is this attempt's supervisor."""
         with self._lock:
             child = self._children.get(sandbox_id)
-        args = child.args if child is not None and isinstance(child.args, list) else []
-        if child is not None and str(directory) in args and child.poll() is None:
-            return child.pid
+        if child is not None and child[1] == directory:
+            return child[0]
         recorded = _read_json(directory / "supervisor.json")
         pid = recorded.get("pid") if isinstance(recorded, dict) else None
         if isinstance(pid, int) and _alive(pid, str(directory)):
@@ -292,15 +277,17 @@ def _inherited_env() -> dict[str, str]:
     return {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
 
 
-def _alive(pid: int, marker: str) -> bool:
-    """True if `pid` runs and is our supervisor of `marker` (guards against pid reuse and
-    against a sandbox pointing `supervisor.json` at another process)."""
+def _alive(pid: int, directory: str) -> bool:
+    """True if `pid` runs and is the supervisor of the attempt in `directory`: its command
+    line is the fork server's and its working directory that attempt's (guards against
+    pid reuse and against a sandbox pointing `supervisor.json` at another process)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             argv = handle.read().split(b"\0")
+        cwd = os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return False
-    return len(argv) > 4 and argv[3] == str(SUPERVISOR).encode() and argv[4] == marker.encode()
+    return len(argv) > 3 and argv[3] == str(SUPERVISOR).encode() and cwd == directory
 
 
 def sandbox_group(supervisor: int) -> int | None:

@@ -1,19 +1,28 @@
-"""Supervisor of one process-backend sandbox; run as a script, standard library only.
+"""Supervisors of process-backend sandboxes, forked by one long-lived fork server.
 
-    python -I -S process_supervisor.py DIR MEMORY_BYTES WORKDIR USER -- COMMAND...
+    python -I -S process_supervisor.py --serve
 
-It starts COMMAND in its own session and process group with WORKDIR as working
-directory and output to DIR/output.log, kills it (SIGKILL) if the resident memory of
-its whole session (every process it started that did not leave it with setsid) passes
-MEMORY_BYTES (0 = no limit), and writes DIR/exit.json when it ends. USER is `-` (run
-COMMAND as the supervisor's own user) or `uid:gid[:unique]`: COMMAND then runs as that
-user, with no supplementary groups, umask 077 and no way to gain privileges (setuid
-programs do not raise them); `unique` says the uid is this sandbox's alone, so every
-process running as it is the sandbox's: counted for memory and killed at the end even
-if it left the session. The supervisor itself keeps its user (root), the log file, the
-accounting and the kill. It lives in its own session, so it outlives a controller that
-is killed and lets a new controller read the exit it recorded. It imports nothing
-heavier than `os` (no subprocess, no json): its start-up is on every sandbox's launch path.
+The fork server reads requests from stdin, one JSON object per line:
+`{"directory", "memory_limit", "workdir", "user", "command", "env"}`, and answers each
+with one line on stdout, the pid of the supervisor it forked (or `error <reason>`).
+Forking a small running interpreter costs about a millisecond; starting one per
+sandbox cost 10-20 ms of CPU, more on busy cores, on every launch's path.
+
+A supervisor starts COMMAND (with exactly the environment ENV) in its own session and
+process group with WORKDIR as working directory and output to DIRECTORY/output.log,
+kills it (SIGKILL) if the resident memory of its whole session (every process it
+started that did not leave it with setsid) passes MEMORY_LIMIT bytes (0 = no limit),
+and writes DIRECTORY/exit.json when it ends. Its own working directory is DIRECTORY,
+which, with its command line, is how a controller recognises it (`/proc/<pid>/cwd`).
+USER is `-` (run COMMAND as the supervisor's own user) or `uid:gid[:unique]`: COMMAND
+then runs as that user, with no supplementary groups, umask 077 and no way to gain
+privileges (setuid programs do not raise them); `unique` says the uid is this
+sandbox's alone, so every process running as it is the sandbox's: counted for memory
+and killed at the end even if it left the session. The supervisor itself keeps its
+user (root), the log file, the accounting and the kill. Supervisors and the fork
+server each live in a session of their own: a supervisor outlives its fork server and
+a controller that is killed, and a new controller reads the exit it recorded. The fork
+server ends when its stdin closes (its controller went away).
 """
 
 import os
@@ -140,7 +149,11 @@ def write_record(path: str, fields: dict[str, object]) -> None:
 
 
 def spawn(
-    workdir: str, command: list[str], log_fd: int, user: tuple[int, int, bool] | None
+    workdir: str,
+    command: list[str],
+    env: dict[str, str],
+    log_fd: int,
+    user: tuple[int, int, bool] | None,
 ) -> int:
     """Fork and exec COMMAND as the leader of a new session (as `user` if given); 127 if
     it cannot start."""
@@ -155,7 +168,7 @@ def spawn(
             os.chdir(workdir)
             if user is not None:
                 drop_privileges(user[0], user[1])
-            os.execvp(command[0], command)
+            os.execvpe(command[0], command, env)
         except OSError as e:
             os.write(2, f"simple: cannot start {command!r}: {e}\n".encode())
         os._exit(127)
@@ -179,9 +192,10 @@ def supervise(
     workdir: str,
     user: tuple[int, int, bool] | None,
     command: list[str],
+    env: dict[str, str],
     log_fd: int,
 ) -> None:
-    pid = spawn(workdir, command, log_fd, user)
+    pid = spawn(workdir, command, env, log_fd, user)
     unique_uid = user[0] if user is not None and user[2] else None
     write_record(os.path.join(directory, "child.json"), {"pid": pid, "pgid": pid})
     poller = exit_poller(pid)
@@ -234,17 +248,53 @@ def sandbox_rss(sid: int, unique_uid: int | None) -> int:
     return sum(rss for _, rss in members)
 
 
-def main(argv: list[str]) -> int:
-    directory, memory_limit, workdir = argv[1], int(argv[2]), argv[3]
-    user, command = parse_user(argv[4]), argv[6:]
+def supervisor(request: dict) -> None:
+    """In the forked child: become the sandbox's supervisor, then exit."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the fork server's; it needs its exits
+    os.setsid()
+    directory = request["directory"]
+    os.chdir(directory)  # with the command line, what names this attempt's supervisor
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
     log_fd = os.open(os.path.join(directory, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        supervise(directory, memory_limit, workdir, user, command, log_fd)
-    finally:
-        os.close(log_fd)
-    return 0
+    supervise(
+        directory,
+        int(request["memory_limit"]),
+        request["workdir"],
+        parse_user(request["user"]),
+        [str(arg) for arg in request["command"]],
+        {str(k): str(v) for k, v in request["env"].items()},
+        log_fd,
+    )
+
+
+def serve() -> None:
+    """Fork a supervisor per request line on stdin until it closes; answer with its pid."""
+    import json  # once, for the server's life: every supervisor is forked with it loaded
+
+    # Supervisors are reaped by the kernel; the controller watches each one by its pidfd.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    for line in sys.stdin.buffer:
+        try:
+            request = json.loads(line)
+            pid = os.fork()
+        except (ValueError, OSError) as e:
+            answer = f"error {type(e).__name__}: {e}".replace("\n", " ")
+        else:
+            if pid == 0:
+                try:
+                    supervisor(request)
+                except BaseException:  # a child never returns into the loop
+                    os._exit(1)
+                os._exit(0)
+            answer = str(pid)
+        sys.stdout.write(answer + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    sys.exit(main(sys.argv))
+    if sys.argv[1:] != ["--serve"]:
+        sys.exit("usage: process_supervisor.py --serve (started by the process backend)")
+    serve()

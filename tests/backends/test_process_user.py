@@ -63,6 +63,7 @@ def backends(tmp_path: Path) -> Iterator[BackendFactory]:
             backend.stop(seen.sandbox_id)
     time.sleep(0.2 if made else 0)
     for backend in made:
+        backend.close()
         shutil.rmtree(backend.work_root, ignore_errors=True)
 
 

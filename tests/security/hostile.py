@@ -55,9 +55,8 @@ ESCAPE_SCRIPT = """
 import json, os, time
 # The test names its own controller (never another process on the machine).
 target = os.getpgid(int(open(os.path.splitext(__file__)[0] + ".input").read()))
-# The working directory is no longer inside it: the supervisor's command line names it.
-argv = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
-attempt_dir = argv[4].decode()
+# The working directory is not inside it: the supervisor's is (same user, so readable).
+attempt_dir = os.readlink(f"/proc/{os.getppid()}/cwd")
 for name in ("child.json",):
     path = os.path.join(attempt_dir, name)
     try:

@@ -41,9 +41,13 @@ with open("secret.txt", "w") as handle:
     handle.write("mine")
 config = json.loads(os.environ["SIMPLE_TEMPLATE_CONFIG"])
 data_dir = config["data_dir"]
-# The supervisor is this process's parent; the controller started the supervisor.
-stat = open(f"/proc/{os.getppid()}/stat").read().rsplit(")", 1)[1].split()
-controller = report["controller_pid"] = int(stat[1])
+def parent(pid):
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+
+# The supervisor is this process's parent, forked by the fork server (its parent after a
+# restart of it: init), which the controller started.
+fork_server = report["fork_server_pid"] = parent(os.getppid())
+controller = report["controller_pid"] = parent(fork_server)
 
 def attempt(name, action):
     try:
@@ -60,17 +64,25 @@ attempt("read_signing_key", lambda: read(os.path.join(data_dir, "signing.key")))
 attempt("read_database", lambda: read(os.path.join(data_dir, "simple.db")))
 attempt("list_data_dir", lambda: os.listdir(data_dir))
 attempt("signal_controller", lambda: os.kill(controller, 0))
+attempt("signal_fork_server", lambda: os.kill(fork_server, 0))
+attempt("read_supervisor_cwd", lambda: os.readlink(f"/proc/{os.getppid()}/cwd"))
 attempt("list_work_root", lambda: os.listdir(os.path.dirname(os.path.dirname(os.getcwd()))))
 me = open("/proc/self/cmdline", "rb").read()
 
-# (pid, uid, working directory) if pid runs this script under a supervisor (not, say,
-# a child the peer forked that has not exec'ed yet: it has the same command line).
+# Where the peer works: beside this one, under the peer's sandbox id (nothing shows it:
+# the supervisors' command lines no longer carry it, their working directories are root's).
+own_id = os.environ["SIMPLE_SANDBOX_ID"]
+peer_id = (own_id.replace("probe-a", "probe-b") if "probe-a" in own_id
+           else own_id.replace("probe-b", "probe-a"))
+peer_work = os.path.join(os.path.dirname(os.path.dirname(os.getcwd())), peer_id, "attempt-1")
+
+# (pid, uid) if pid runs this script under a supervisor (not, say, a child the peer
+# forked that has not exec'ed yet: it has the same command line).
 def supervised_peer(pid):
     status = open(f"/proc/{pid}/status").read()
-    parent = int(status.split("PPid:")[1].split()[0])
-    argv = open(f"/proc/{parent}/cmdline", "rb").read().split(b"\0")
+    argv = open(f"/proc/{parent(pid)}/cmdline", "rb").read().split(b"\0")
     if open(f"/proc/{pid}/cmdline", "rb").read() == me and argv[3].endswith(b"supervisor.py"):
-        return pid, int(status.split("Uid:")[1].split()[0]), argv[6].decode()
+        return pid, int(status.split("Uid:")[1].split()[0])
     return None
 
 peer = None
@@ -86,7 +98,7 @@ for _ in range(600):
     time.sleep(0.1)
 if peer:
     time.sleep(1)  # let it write its secret
-    peer, report["peer_uid"], peer_work = peer
+    peer, report["peer_uid"] = peer
     report["peer_work"] = peer_work
     attempt("read_peer_secret", lambda: read(os.path.join(peer_work, "secret.txt")))
     attempt("list_peer_work", lambda: os.listdir(peer_work))
@@ -202,7 +214,8 @@ def test_sandboxes_run_as_their_own_users_and_reach_neither_the_controller_nor_e
             assert report["controller_pid"] == served.process.pid, report
             assert report["peer_uid"] == peer["uid"] and report["peer_work"] == peer["cwd"]
             for action in ("read_signing_key", "read_database", "list_data_dir",
-                           "signal_controller", "list_work_root", "read_peer_secret",
+                           "signal_controller", "signal_fork_server", "read_supervisor_cwd",
+                           "list_work_root", "read_peer_secret",
                            "list_peer_work", "signal_peer", "read_peer_environ"):
                 assert report[action] == DENIED, (action, report)
         assert (settings.data_dir / "signing.key").exists()

@@ -1,0 +1,160 @@
+"""The process backend's fork server: supervisors forked, not started, and watched by pidfd."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.backends import process_forkserver
+from controller.backends.base import Observed, ObservedState
+from controller.backends.process import ProcessBackend, _alive
+from controller.backends.process_forkserver import ExitWatch, ForkServer
+from controller.errors import BackendError
+from controller.settings import Settings
+from tests.backends.conftest import MakeSpec
+
+SLEEPER = "import time; time.sleep(60)"
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[1])
+
+
+def wait_for(check: Callable[[], object], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def make_backend(tmp_path: Path) -> Iterator[Callable[..., ProcessBackend]]:
+    """ProcessBackend on tmp_path (sandboxes as the controller's user); every sandbox
+    stopped and every backend closed afterwards."""
+    made: list[ProcessBackend] = []
+
+    def make(exits: list[Observed] | None = None) -> ProcessBackend:
+        settings = Settings(data_dir=tmp_path / "data", process_user="self",
+                            database_url=f"sqlite:///{tmp_path / 'data' / 'simple.db'}")
+        backend = ProcessBackend(settings)
+        if exits is not None:
+            backend.listen_for_exits(exits.append)
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        for seen in backend.observe():
+            if seen.state == ObservedState.RUNNING:
+                backend.stop(seen.sandbox_id)
+        backend.close()
+
+
+def supervisor_of(backend: ProcessBackend, sandbox_id: str) -> int:
+    record = backend.root / sandbox_id / "attempt-1" / "supervisor.json"
+    wait_for(record.exists, "supervisor.json")
+    return int(json.loads(record.read_text())["pid"])
+
+
+def test_one_fork_server_forks_every_supervisor_and_the_watch_reports_each_exit(
+    make_backend: Callable[..., ProcessBackend], make_spec: MakeSpec
+) -> None:
+    exits: list[Observed] = []
+    backend = make_backend(exits)
+    for n in range(3):
+        backend.launch(make_spec(f"sbx-{n}", command=["python", "-c", f"exit({n})"]))
+    wait_for(lambda: len(exits) == 3, "three exits reported")
+    assert sorted((e.sandbox_id, e.exit_code) for e in exits) == [
+        ("sbx-0", 0), ("sbx-1", 1), ("sbx-2", 2)]
+    # One interpreter started for all three: each supervisor is a child of the same server.
+    backend.launch(make_spec("sbx-live", command=["python", "-c", SLEEPER]))
+    supervisor = supervisor_of(backend, "sbx-live")
+    server = parent_of(supervisor)
+    assert backend._forks._process is not None and server == backend._forks._process.pid
+    assert os.readlink(f"/proc/{supervisor}/cwd") == str(backend.root / "sbx-live" / "attempt-1")
+    assert os.getsid(supervisor) == supervisor and os.getsid(server) == server
+
+
+def test_a_dead_fork_server_is_replaced_and_its_supervisors_carry_on(
+    make_backend: Callable[..., ProcessBackend], make_spec: MakeSpec
+) -> None:
+    exits: list[Observed] = []
+    backend = make_backend(exits)
+    backend.launch(make_spec("sbx-before", command=["python", "-c", "import time; time.sleep(1)"]))
+    first = backend._forks._process
+    assert first is not None
+    first.kill()
+    first.wait(timeout=10)
+    backend.launch(make_spec("sbx-after", command=["python", "-c", "pass"]))
+    second = backend._forks._process
+    assert second is not None and second.pid != first.pid
+    wait_for(lambda: len(exits) == 2, "both exits reported")
+    assert {(e.sandbox_id, e.exit_code) for e in exits} == {("sbx-before", 0), ("sbx-after", 0)}
+
+
+def test_a_restarted_controller_knows_a_supervisor_by_its_command_line_and_directory(
+    make_backend: Callable[..., ProcessBackend], make_spec: MakeSpec
+) -> None:
+    first = make_backend()
+    first.launch(make_spec("sbx-live", command=["python", "-c", SLEEPER]))
+    supervisor = supervisor_of(first, "sbx-live")
+    first.close()  # the fork server goes; the supervisor stays
+    restarted = make_backend()
+    directory = restarted.root / "sbx-live" / "attempt-1"
+    assert [(s.sandbox_id, s.state) for s in restarted.observe()] == [
+        ("sbx-live", ObservedState.RUNNING)]
+    assert _alive(supervisor, str(directory))
+    # supervisor.json pointing at any other process does not pass for the supervisor:
+    # the fork server (its command line, but not this directory), the test itself.
+    restarted.launch(make_spec("sbx-other", command=["python", "-c", SLEEPER]))
+    assert restarted._forks._process is not None
+    for impostor in (restarted._forks._process.pid, os.getpid()):
+        assert not _alive(impostor, str(directory))
+    restarted.stop("sbx-live")
+    wait_for(lambda: not _alive(supervisor, str(directory)), "the stopped supervisor's end")
+    assert (directory / "exit.json").exists()
+
+
+def test_a_fork_server_that_does_not_answer_fails_the_launch_within_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    silent = tmp_path / "silent-python"
+    silent.write_text("#!/bin/sh\nexec sleep 60\n")
+    silent.chmod(0o755)
+    monkeypatch.setattr(process_forkserver, "ANSWER_TIMEOUT_S", 0.5)
+    server = ForkServer(str(silent), {"PATH": os.environ["PATH"]})
+    started = time.monotonic()
+    with pytest.raises(BackendError, match=r"fork server failed: no answer within 0 s"):
+        server.spawn({"directory": str(tmp_path)})
+    assert time.monotonic() - started < 5
+    assert server._process is None  # discarded: the next launch starts a new one
+    server.close()
+
+
+def test_the_exit_watch_wakes_for_each_pid_once(tmp_path: Path) -> None:
+    ended: list[str] = []
+    done = threading.Event()
+    watch = ExitWatch(lambda key: (ended.append(key), done.set()))
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(0.3)
+        os._exit(0)
+    try:
+        watch.add(pid, "child")
+        assert done.wait(10), "the exit was not reported"
+        os.waitpid(pid, 0)
+        time.sleep(0.2)
+        assert ended == ["child"]
+    finally:
+        watch.close()
+        if not done.is_set():
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
