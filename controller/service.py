@@ -40,6 +40,7 @@ class Controller:
     def start(self, migrate: bool = True) -> None:
         if migrate:
             upgrade(self.engine)
+        self.backend.start()
         self.reconciler.start()
         self.reconciler.kick()
         self.started = True

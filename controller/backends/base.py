@@ -153,6 +153,9 @@ class Backend(ABC):
     def check(self) -> None:
         """Raise UnavailableError naming the reason when the backend cannot be used."""
 
+    def start(self) -> None:
+        """Prepare what launches need, once, as the controller starts (off any launch)."""
+
     def follow_logs(
         self, sandbox_id: str, is_running: Callable[[], bool], poll_s: float = 0.5
     ) -> Iterator[bytes]:

@@ -37,7 +37,7 @@ from controller.backends.process_user import (
     UserPolicy,
     prepare_dir,
 )
-from controller.errors import NotFoundError
+from controller.errors import BackendError, NotFoundError
 from controller.quantities import memory_bytes
 from controller.settings import Settings
 from sandbox_image.contract import LABEL_CONTROLLER, LABEL_RUN_ID
@@ -158,6 +158,13 @@ class ProcessBackend(Backend):
             self._exit_seen(observed)
         else:
             self._notify()
+
+    def start(self) -> None:
+        """Start the fork server now rather than on the first launch's path."""
+        try:
+            self._forks.start()
+        except BackendError as e:  # the first launch tries again, and fails with the reason
+            logger.warning("%s", e)
 
     def close(self) -> None:
         """Stop the fork server and the watch; running sandboxes carry on, supervised."""

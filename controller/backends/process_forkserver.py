@@ -59,6 +59,11 @@ class ForkServer:
             raise BackendError(f"the process backend's fork server refused a launch: {answer}")
         return int(answer)
 
+    def start(self) -> None:
+        """Start it now (it starts on first use otherwise)."""
+        with self._lock:
+            self._running()
+
     def close(self) -> None:
         with self._lock:
             if self._process is not None:

@@ -69,6 +69,9 @@ def test_one_fork_server_forks_every_supervisor_and_the_watch_reports_each_exit(
 ) -> None:
     exits: list[Observed] = []
     backend = make_backend(exits)
+    backend.start()  # as the controller starts: the server is up before the first launch
+    assert backend._forks._process is not None
+    started = backend._forks._process.pid
     for n in range(3):
         backend.launch(make_spec(f"sbx-{n}", command=["python", "-c", f"exit({n})"]))
     wait_for(lambda: len(exits) == 3, "three exits reported")
@@ -78,7 +81,7 @@ def test_one_fork_server_forks_every_supervisor_and_the_watch_reports_each_exit(
     backend.launch(make_spec("sbx-live", command=["python", "-c", SLEEPER]))
     supervisor = supervisor_of(backend, "sbx-live")
     server = parent_of(supervisor)
-    assert backend._forks._process is not None and server == backend._forks._process.pid
+    assert server == started == backend._forks._process.pid
     assert os.readlink(f"/proc/{supervisor}/cwd") == str(backend.root / "sbx-live" / "attempt-1")
     assert os.getsid(supervisor) == supervisor and os.getsid(server) == server
 
