@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from pathlib import Path
 
@@ -40,6 +41,7 @@ class Controller:
     def start(self, migrate: bool = True) -> None:
         if migrate:
             upgrade(self.engine)
+        settle_heap()
         self.backend.start()
         self.reconciler.start()
         self.reconciler.kick()
@@ -61,6 +63,14 @@ class Controller:
         self.reconciler.stop()
         self.backend.close()
         self.engine.dispose()
+
+
+def settle_heap() -> None:
+    """Move what start-up made (modules, classes, the catalog: most of the heap) out of the
+    garbage collector's sight. A full collection scanned all of it, 70-120 ms with the
+    GIL held, about every 20 s of a busy controller: the slowest passes and pages."""
+    gc.collect()
+    gc.freeze()
 
 
 def catalog_dirs(settings: Settings) -> list[Path]:
