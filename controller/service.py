@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 from pathlib import Path
@@ -65,6 +66,7 @@ class Controller:
         self.engine.dispose()
 
 
+@functools.cache  # once per process: what is frozen is never collected again
 def settle_heap() -> None:
     """Move what start-up made (modules, classes, the catalog: most of the heap) out of the
     garbage collector's sight. A full collection scanned all of it, 70-120 ms with the
