@@ -145,7 +145,12 @@ def test_a_fork_server_that_does_not_answer_fails_the_launch_within_its_timeout(
 def test_the_exit_watch_wakes_for_each_pid_once(tmp_path: Path) -> None:
     ended: list[str] = []
     done = threading.Event()
-    watch = ExitWatch(lambda key: (ended.append(key), done.set()))
+
+    def end(key: str) -> None:
+        ended.append(key)
+        done.set()
+
+    watch = ExitWatch(end)
     pid = os.fork()
     if pid == 0:
         time.sleep(0.3)
