@@ -65,6 +65,8 @@ attempt("read_database", lambda: read(os.path.join(data_dir, "simple.db")))
 attempt("list_data_dir", lambda: os.listdir(data_dir))
 attempt("signal_controller", lambda: os.kill(controller, 0))
 attempt("signal_fork_server", lambda: os.kill(fork_server, 0))
+# Its requests (what to run, as whom) come through its stdin: write one of our own.
+attempt("write_fork_server", lambda: open(f"/proc/{fork_server}/fd/0", "wb").close())
 attempt("read_supervisor_cwd", lambda: os.readlink(f"/proc/{os.getppid()}/cwd"))
 attempt("list_work_root", lambda: os.listdir(os.path.dirname(os.path.dirname(os.getcwd()))))
 me = open("/proc/self/cmdline", "rb").read()
@@ -214,7 +216,8 @@ def test_sandboxes_run_as_their_own_users_and_reach_neither_the_controller_nor_e
             assert report["controller_pid"] == served.process.pid, report
             assert report["peer_uid"] == peer["uid"] and report["peer_work"] == peer["cwd"]
             for action in ("read_signing_key", "read_database", "list_data_dir",
-                           "signal_controller", "signal_fork_server", "read_supervisor_cwd",
+                           "signal_controller", "signal_fork_server", "write_fork_server",
+                           "read_supervisor_cwd",
                            "list_work_root", "read_peer_secret",
                            "list_peer_work", "signal_peer", "read_peer_environ"):
                 assert report[action] == DENIED, (action, report)
