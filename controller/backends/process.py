@@ -145,12 +145,13 @@ class ProcessBackend(Backend):
             os.chown(work, user.uid, user.gid)
         return work
 
-    def _ended(self, sandbox_id: str) -> None:
+    def _ended(self, pid: int, sandbox_id: str) -> None:
         """Its supervisor exited (the exit watch): report the exit it recorded."""
         with self._lock:
-            child = self._children.pop(sandbox_id, None)
-        if child is None:
-            return
+            child = self._children.get(sandbox_id)
+            if child is None or child[0] != pid:  # not the attempt this controller runs now
+                return
+            del self._children[sandbox_id]
         _, directory, user = child
         self.users.release(user)  # the supervisor killed every process running as it
         observed = self._observe_dir(directory)  # the supervisor wrote exit.json before exiting

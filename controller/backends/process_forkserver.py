@@ -119,12 +119,12 @@ def _read_line(fd: int, timeout_s: float) -> str:
 
 
 class ExitWatch:
-    """Calls `ended(key)` once for each watched pid, as soon as that process exits."""
+    """Calls `ended(pid, key)` once for each watched pid, as soon as that process exits."""
 
-    def __init__(self, ended: Callable[[str], None]) -> None:
+    def __init__(self, ended: Callable[[int, str], None]) -> None:
         self._ended = ended
         self._lock = threading.Lock()
-        self._pidfds: dict[int, str] = {}  # pidfd -> key
+        self._pidfds: dict[int, tuple[int, str]] = {}  # pidfd -> (pid, key)
         self._swept: dict[int, str] = {}  # pid -> key, where no pidfd could be opened
         self._poller = select.poll()
         self._wake_r, self._wake_w = os.pipe()
@@ -145,7 +145,7 @@ class ExitWatch:
             if pidfd is None:
                 self._swept[pid] = key
             else:
-                self._pidfds[pidfd] = key
+                self._pidfds[pidfd] = (pid, key)
                 self._poller.register(pidfd, select.POLLIN)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -180,25 +180,25 @@ class ExitWatch:
             if self._wake_r in ready:
                 os.read(self._wake_r, 4096)
             ended = self._take(fd for fd in ready if fd != self._wake_r)
-            for key in ended:
+            for pid, key in ended:
                 try:
-                    self._ended(key)
+                    self._ended(pid, key)
                 except Exception:  # the watch must outlive any one sandbox's handling
                     logger.exception("handling the end of %s failed", key)
 
-    def _take(self, ready: Any) -> list[str]:
+    def _take(self, ready: Any) -> list[tuple[int, str]]:
         ended = []
         with self._lock:
             for pidfd in ready:
-                key = self._pidfds.pop(pidfd, None)
-                if key is not None:
+                watched = self._pidfds.pop(pidfd, None)
+                if watched is not None:
                     self._poller.unregister(pidfd)
                     os.close(pidfd)
-                    ended.append(key)
+                    ended.append(watched)
             for pid, key in list(self._swept.items()):
                 if not _exists(pid):
                     del self._swept[pid]
-                    ended.append(key)
+                    ended.append((pid, key))
         return ended
 
 

@@ -252,8 +252,7 @@ def supervisor(request: dict) -> None:
     """In the forked child: become the sandbox's supervisor, then exit."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the fork server's; it needs its exits
     os.setsid()
-    directory = request["directory"]
-    os.chdir(directory)  # with the command line, what names this attempt's supervisor
+    directory = request["directory"]  # born in it (see serve): what names this supervisor
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
@@ -278,8 +277,11 @@ def serve() -> None:
     for line in sys.stdin.buffer:
         try:
             request = json.loads(line)
+            # The child is born in its attempt's directory: with the command line, what
+            # names it as that attempt's supervisor, from its first instant.
+            os.chdir(request["directory"])
             pid = os.fork()
-        except (ValueError, OSError) as e:
+        except (ValueError, OSError, KeyError, TypeError) as e:
             answer = f"error {type(e).__name__}: {e}".replace("\n", " ")
         else:
             if pid == 0:
@@ -289,6 +291,7 @@ def serve() -> None:
                     os._exit(1)
                 os._exit(0)
             answer = str(pid)
+        os.chdir("/")
         sys.stdout.write(answer + "\n")
         sys.stdout.flush()
 

@@ -14,7 +14,7 @@ import pytest
 
 from controller.backends import process_forkserver
 from controller.backends.base import Observed, ObservedState
-from controller.backends.process import ProcessBackend, _alive
+from controller.backends.process import ProcessBackend, _alive, sandbox_group
 from controller.backends.process_forkserver import ExitWatch, ForkServer
 from controller.errors import BackendError
 from controller.settings import Settings
@@ -59,9 +59,14 @@ def make_backend(tmp_path: Path) -> Iterator[Callable[..., ProcessBackend]]:
 
 
 def supervisor_of(backend: ProcessBackend, sandbox_id: str) -> int:
-    record = backend.root / sandbox_id / "attempt-1" / "supervisor.json"
+    """The attempt's supervisor, once it has started the sandbox."""
+    directory = backend.root / sandbox_id / "attempt-1"
+    record = directory / "supervisor.json"
     wait_for(record.exists, "supervisor.json")
-    return int(json.loads(record.read_text())["pid"])
+    pid = int(json.loads(record.read_text())["pid"])
+    assert os.readlink(f"/proc/{pid}/cwd") == str(directory)  # born in it
+    wait_for(lambda: sandbox_group(pid) is not None, "the sandbox's process group")
+    return pid
 
 
 def test_one_fork_server_forks_every_supervisor_and_the_watch_reports_each_exit(
@@ -142,12 +147,21 @@ def test_a_fork_server_that_does_not_answer_fails_the_launch_within_its_timeout(
     server.close()
 
 
-def test_the_exit_watch_wakes_for_each_pid_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pidfds", [True, False], ids=["pidfd", "no-pidfd"])
+def test_the_exit_watch_wakes_for_each_pid_once(
+    pidfds: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a pidfd per process (Linux 5.3+), or without one, looking every 100 ms."""
+    if not pidfds:
+        def unsupported(pid: int) -> int:
+            raise OSError(38, "Function not implemented")
+
+        monkeypatch.setattr(process_forkserver.os, "pidfd_open", unsupported)
     ended: list[str] = []
     done = threading.Event()
 
-    def end(key: str) -> None:
-        ended.append(key)
+    def end(pid: int, key: str) -> None:
+        ended.append(f"{key} {pid}")
         done.set()
 
     watch = ExitWatch(end)
@@ -160,7 +174,7 @@ def test_the_exit_watch_wakes_for_each_pid_once(tmp_path: Path) -> None:
         assert done.wait(10), "the exit was not reported"
         os.waitpid(pid, 0)
         time.sleep(0.2)
-        assert ended == ["child"]
+        assert ended == [f"child {pid}"]
     finally:
         watch.close()
         if not done.is_set():
