@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -145,6 +146,27 @@ def test_a_fork_server_that_does_not_answer_fails_the_launch_within_its_timeout(
     assert time.monotonic() - started < 5
     assert server._process is None  # discarded: the next launch starts a new one
     server.close()
+
+
+def test_a_request_the_fork_server_cannot_serve_is_refused_and_it_serves_the_next(
+    tmp_path: Path,
+) -> None:
+    server = ForkServer(sys.executable, {"PATH": os.environ["PATH"]})
+    try:
+        server.start()
+        assert server._process is not None
+        pid = server._process.pid
+        missing = tmp_path / "no-such-attempt"
+        refused = f"refused a launch: error FileNotFoundError.*{missing}"
+        with pytest.raises(BackendError, match=refused):
+            server.spawn({"directory": str(missing)})
+        with pytest.raises(BackendError, match="refused a launch: error TypeError: chdir"):
+            server.spawn({"directory": 3.5})
+        with pytest.raises(BackendError, match="refused a launch: error KeyError"):
+            server.spawn({"workdir": str(tmp_path)})
+        assert server._process is not None and server._process.pid == pid  # still serving
+    finally:
+        server.close()
 
 
 @pytest.mark.parametrize("pidfds", [True, False], ids=["pidfd", "no-pidfd"])
