@@ -16,13 +16,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from controller import metrics
 from controller.aggregator import load_snapshot, read_snapshot
 from controller.backends.base import Backend
-from controller.db.schema import attempts, runs, sandboxes
+from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError, SnapshotRejected, StoreError
 from controller.estimates import record_observation
 from controller.ledger import append_entry, attempt_record
 from controller.logs import log_context
 from controller.retry import backoff_s
 from controller.settings import Settings
+from controller.stamps import END_ATTEMPT, stamp
 from controller.states import SandboxStatus
 from controller.store.base import ObjectStore, log_key, snapshot_key
 
@@ -115,7 +116,7 @@ def _finish_attempt(
     recorded = datetime.now(UTC)  # after the commit: what "exit -> recorded" means
     _count_end(backend, outcome, retry)
     if retry:
-        _stamp(engine, row, None, recorded)
+        stamp(engine, row.id, row.attempt, None, recorded)
     else:
         logger.info(
             "sandbox %s ended %s after %d attempt(s)%s",
@@ -187,24 +188,8 @@ def archive_and_remove(
 ) -> None:
     """After the end is recorded: archive the output, point the row at it, remove the sandbox.
     `recorded_at` (taken after the end's commit) is written here too: one transaction less."""
-    _stamp(engine, row, archive_logs(backend, store, row), recorded_at)
+    stamp(engine, row.id, row.attempt, archive_logs(backend, store, row), recorded_at)
     _remove(backend, row.id)
-
-
-def _stamp(engine: Engine, row: Any, log: str | None, recorded_at: datetime | None) -> None:
-    """Write where the attempt's log went and when its end was committed."""
-    keys = {"b_id": row.id, "b_attempt": row.attempt}
-    with engine.begin() as conn:
-        if log:
-            conn.execute(_STAMP_LOG, {**keys, "log_key": log})
-        if recorded_at:
-            conn.execute(_END_ATTEMPT, {**keys, "recorded_at": recorded_at})
-
-
-# Built once, bound per row: building an UPDATE costs more than running it (see _record).
-_STAMP_LOG = update(sandboxes).where(
-    sandboxes.c.id == bindparam("b_id"), sandboxes.c.attempt == bindparam("b_attempt")
-)
 
 
 Digest = tuple[str, int] | None  # the snapshot object's SHA-256 and size, as fetched
@@ -226,9 +211,6 @@ _END_RUNNING = update(sandboxes).where(
     sandboxes.c.attempt == bindparam("b_attempt"),
     sandboxes.c.status == SandboxStatus.RUNNING,
 )
-_END_ATTEMPT = update(attempts).where(
-    attempts.c.sandbox_id == bindparam("b_id"), attempts.c.attempt == bindparam("b_attempt")
-)
 
 
 def _record(engine: Engine, row: Any, ended: Ended, rows: Any, now: datetime) -> bool:
@@ -242,7 +224,7 @@ def _record(engine: Engine, row: Any, ended: Ended, rows: Any, now: datetime) ->
         if not done.rowcount:
             return False
         conn.execute(
-            _END_ATTEMPT,
+            END_ATTEMPT,
             dict(
                 key,
                 status=outcome.status,
