@@ -104,17 +104,21 @@ class ForkServer:
 
 
 def _read_line(fd: int, timeout_s: float) -> str:
-    """One line from a pipe, unbuffered (nothing read past it), within the timeout."""
+    """The answer to the one request in flight: a line from the pipe, within the timeout.
+    Nothing can follow it (the server answers only what it was asked), so it is read in
+    as few calls as the pipe allows, not byte by byte."""
     deadline = time.monotonic() + timeout_s
     data = b""
     while not data.endswith(b"\n"):
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
             raise TimeoutError(f"no answer within {timeout_s:.0f} s")
-        chunk = os.read(fd, 1)
+        chunk = os.read(fd, 4096)
         if not chunk:
             raise OSError("it exited")
         data += chunk
+    if data.count(b"\n") > 1:
+        raise OSError(f"it answered more than it was asked: {data[:200]!r}")
     return data.decode(errors="replace").strip()
 
 

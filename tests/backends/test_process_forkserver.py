@@ -148,6 +148,17 @@ def test_a_fork_server_that_does_not_answer_fails_the_launch_within_its_timeout(
     server.close()
 
 
+def test_a_fork_server_that_answers_more_than_it_was_asked_is_replaced(tmp_path: Path) -> None:
+    chatty = tmp_path / "chatty-python"
+    chatty.write_text("#!/bin/sh\nread request\nprintf '101\\n102\\n'\nexec sleep 60\n")
+    chatty.chmod(0o755)
+    server = ForkServer(str(chatty), {"PATH": os.environ["PATH"]})
+    with pytest.raises(BackendError, match=r"answered more than it was asked: b'101\\n102\\n'"):
+        server.spawn({"directory": str(tmp_path)})
+    assert server._process is None
+    server.close()
+
+
 def test_a_request_the_fork_server_cannot_serve_is_refused_and_it_serves_the_next(
     tmp_path: Path,
 ) -> None:
