@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -16,6 +16,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 from sqlalchemy.engine import make_url
+
+from controller.errors import ConfigError
 
 BackendName = Literal["process", "docker", "kubernetes"]
 
@@ -45,9 +47,9 @@ class Settings(BaseSettings):
         if not secrets_dir:
             return sources
         if not Path(secrets_dir).is_dir():
-            raise ValueError(
-                f"SIMPLE_SECRETS_DIR={secrets_dir!r} is not a directory: mount the Secret "
-                "there, or unset the variable"
+            raise ConfigError(
+                f"SIMPLE_SECRETS_DIR={secrets_dir!r} is not a directory",
+                hint="mount the Secret there, or unset the variable",
             )
         return (*sources, SecretsSettingsSource(settings_cls, secrets_dir=secrets_dir))
 
@@ -159,6 +161,14 @@ class Settings(BaseSettings):
         "uid when the controller runs as root, else the controller's user), `self` (the "
         "controller's user), or a user name or uid (every sandbox as that user).",
     )
+    process_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="CPU priority of process-backend sandboxes below the controller's (a nice "
+        "value, set on each sandbox's session too): a host full of busy sandboxes cannot "
+        "starve the controller that supervises them. 0 runs them level with it.",
+    )
     process_python: str | None = Field(
         None,
         description="The interpreter `python` in a process-backend template's command means; "
@@ -242,3 +252,29 @@ class Settings(BaseSettings):
             return self.controller_url.rstrip("/")
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
         return f"http://{host}:{self.port}"
+
+
+# Never echoed in an error: they hold passwords, keys or tokens.
+SECRET_FIELDS = frozenset({
+    "database_url", "s3_access_key_id", "s3_secret_access_key", "api_tokens", "signing_key",
+    "metrics_token", "llm_api_key",
+})  # fmt: skip
+
+
+def load_settings() -> Settings:
+    """The settings from the environment; a variable that does not parse is refused with
+    its name, its value (unless secret) and why, not a validation traceback."""
+    try:
+        return Settings()
+    except ValidationError as e:
+        problems = []
+        for error in e.errors():
+            field = str(error["loc"][0]) if error["loc"] else ""
+            name = f"SIMPLE_{field.upper()}"
+            value = os.environ.get(name)
+            shown = f"={value!r}" if value is not None and field not in SECRET_FIELDS else ""
+            problems.append(f"{name}{shown}: {error['msg']}")
+        raise ConfigError(
+            "bad setting: " + "; ".join(problems),
+            hint="fix or unset it; the README's settings table gives each one's values",
+        ) from None

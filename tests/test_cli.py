@@ -92,6 +92,14 @@ def test_exit_2_names_the_unknown_template(settings: Settings) -> None:
     assert _run(settings, "run", "quick", "--priority", "fastest").returncode == 2
 
 
+def test_exit_2_names_a_bad_setting_without_a_traceback(settings: Settings) -> None:
+    result = _run(settings, "run", "quick", "--dry-run", SIMPLE_PROCESS_NICE="25")
+    assert result.returncode == 2
+    assert "SIMPLE_PROCESS_NICE='25'" in result.stderr
+    assert "less than or equal to 19" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_exit_2_for_a_bad_catalog_naming_file_and_field(
     settings: Settings, catalog_dir: Callable[[str], Path]
 ) -> None:

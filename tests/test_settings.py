@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.settings import Settings
+from controller import settings as settings_module
+from controller.errors import ConfigError
+from controller.settings import Settings, load_settings
 
 
 def kubelet_secret_volume(root: Path, files: dict[str, str]) -> Path:
@@ -67,5 +69,31 @@ def test_without_the_variable_no_file_is_read(tmp_path: Path,
 def test_a_missing_secrets_dir_is_a_clear_error(tmp_path: Path,
                                                 clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("SIMPLE_SECRETS_DIR", str(tmp_path / "nowhere"))
-    with pytest.raises(ValueError, match=r"SIMPLE_SECRETS_DIR=.*is not a directory"):
+    with pytest.raises(ConfigError, match=r"SIMPLE_SECRETS_DIR=.*is not a directory") as error:
         Settings()
+    assert error.value.hint and "mount the Secret" in error.value.hint
+
+
+def test_a_variable_that_does_not_parse_is_named_with_its_value_and_why(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    clean_env.setenv("SIMPLE_PROCESS_NICE", "25")
+    clean_env.setenv("SIMPLE_MAX_ATTEMPTS", "many")
+    with pytest.raises(ConfigError) as error:
+        load_settings()
+    message = error.value.message
+    assert "SIMPLE_PROCESS_NICE='25': Input should be less than or equal to 19" in message
+    assert "SIMPLE_MAX_ATTEMPTS='many'" in message
+    assert error.value.hint and "README" in error.value.hint
+
+
+def test_a_secret_that_does_not_parse_is_named_but_not_shown(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    # No secret field refuses a string today; the port stands in for one that would.
+    clean_env.setattr(settings_module, "SECRET_FIELDS", frozenset({"port"}))
+    clean_env.setenv("SIMPLE_PORT", "hunter2")
+    with pytest.raises(ConfigError) as error:
+        load_settings()
+    assert "SIMPLE_PORT: Input should be a valid integer" in error.value.message
+    assert "hunter2" not in str(error.value)

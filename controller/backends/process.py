@@ -7,7 +7,9 @@ the store and the signing key): `<tmp>/simple-work-<controller id>/<sandbox>/att
 A small supervisor (`process_supervisor.py`, forked by one long-lived fork server:
 `process_forkserver.py`) owns the sandbox's process group, enforces the memory limit,
 and records the exit, so a restarted controller finds every sandbox again; the files a
-sandbox can write are never trusted to name a process to signal.
+sandbox can write are never trusted to name a process to signal. Sandboxes run
+`SIMPLE_PROCESS_NICE` steps below the controller's CPU priority, so busy ones cannot
+starve the controller that supervises them.
 When the controller runs as root, each sandbox runs as an unprivileged uid of its own
 (`process_user.py`): its working directory is then the only one it owns, the data
 directory is private, and the supervisor stays root.
@@ -60,6 +62,7 @@ class ProcessBackend(Backend):
         # Working directories live outside the data directory (its database, store, keys).
         self.work_root = Path(tempfile.gettempdir()) / f"simple-work-{settings.controller_id}"
         self.python = settings.process_python or sys.executable
+        self.nice = settings.process_nice
         self.users = SandboxUsers(
             UserPolicy.parse(settings.process_user),
             self.python,
@@ -117,6 +120,7 @@ class ProcessBackend(Backend):
                 "user": user.argument if user is not None else "-",
                 "command": list(self._command(spec.command)),
                 "env": env,
+                "nice": self.nice,
             }
         )
         _write_json(directory / "supervisor.json", {"pid": pid})

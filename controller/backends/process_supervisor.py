@@ -154,13 +154,15 @@ def spawn(
     env: dict[str, str],
     log_fd: int,
     user: tuple[int, int, bool] | None,
+    nice: int = 0,
 ) -> int:
-    """Fork and exec COMMAND as the leader of a new session (as `user` if given); 127 if
-    it cannot start."""
+    """Fork and exec COMMAND as the leader of a new session (as `user` if given, `nice`
+    below the controller's CPU priority); 127 if it cannot start."""
     pid = os.fork()
     if pid == 0:  # the child: never returns
         try:
             os.setsid()
+            lower_priority(nice)
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(log_fd, 1)
@@ -173,6 +175,21 @@ def spawn(
             os.write(2, f"simple: cannot start {command!r}: {e}\n".encode())
         os._exit(127)
     return pid
+
+
+def lower_priority(nice: int) -> None:
+    """In the sandbox's child, a new session's leader: run `nice` steps below the
+    controller. With the kernel's autogroups, every session is scheduled as a group of
+    its own and a process's nice value only weighs inside its group, so the group's is
+    set too: else each busy sandbox would get as much CPU as the whole controller."""
+    if nice <= 0:
+        return
+    os.nice(nice)
+    try:
+        with open("/proc/self/autogroup", "w") as handle:
+            handle.write(str(nice))
+    except OSError:
+        pass  # a kernel without autogroups: the process's own nice value is what counts
 
 
 def exit_poller(pid: int) -> "select.poll | None":
@@ -194,8 +211,9 @@ def supervise(
     command: list[str],
     env: dict[str, str],
     log_fd: int,
+    nice: int = 0,
 ) -> None:
-    pid = spawn(workdir, command, env, log_fd, user)
+    pid = spawn(workdir, command, env, log_fd, user, nice)
     unique_uid = user[0] if user is not None and user[2] else None
     write_record(os.path.join(directory, "child.json"), {"pid": pid, "pgid": pid})
     poller = exit_poller(pid)
@@ -265,6 +283,7 @@ def supervisor(request: dict) -> None:
         [str(arg) for arg in request["command"]],
         {str(k): str(v) for k, v in request["env"].items()},
         log_fd,
+        int(request.get("nice", 0)),
     )
 
 

@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from controller.cli.client import ApiClient, ApiError
-from controller.errors import MissingExtraError, SimpleError
+from controller.errors import ConfigError, SimpleError
 from controller.planner import Priority
-from controller.settings import Settings
+from controller.settings import Settings, load_settings
 
 err = Console(stderr=True, markup=False)
 
@@ -53,7 +53,10 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Log the controll
 
 
 def cli_settings(catalog: list[Path] | None = None, **overrides: Any) -> Settings:
-    settings = Settings()
+    try:
+        settings = load_settings()
+    except SimpleError as e:
+        raise fail(str(e)) from None
     update = {k: v for k, v in overrides.items() if v is not None}
     if catalog:
         update["catalog_dirs"] = [*settings.catalog_dirs, *catalog]
@@ -70,7 +73,7 @@ def errors_to_exit() -> Iterator[None]:
     """Map errors to one clear line and an exit code."""
     try:
         yield
-    except MissingExtraError as e:
+    except ConfigError as e:  # a setting or a missing extra: the user's to fix
         raise fail(str(e), Exit.USAGE) from None
     except ApiError as e:
         status = e.status or 0

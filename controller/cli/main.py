@@ -26,7 +26,7 @@ from controller.cli.common import (
     fail,
     setup_logging,
 )
-from controller.settings import Settings
+from controller.settings import load_settings
 
 app = typer.Typer(
     help="SIMPLE: run simulation templates in parallel, one sandbox each.",
@@ -108,5 +108,5 @@ def db_upgrade() -> None:
 
     setup_logging(True)
     with errors_to_exit():
-        upgrade(create_db_engine(Settings().resolved_database_url))
+        upgrade(create_db_engine(load_settings().resolved_database_url))
     err.print("database is at the latest migration")

@@ -10,9 +10,9 @@ from controller.db.schema import metadata
 config = context.config
 engine = config.attributes.get("engine")
 if engine is None:
-    from controller.settings import Settings
+    from controller.settings import load_settings
 
-    engine = create_db_engine(Settings().resolved_database_url)
+    engine = create_db_engine(load_settings().resolved_database_url)
 
 with engine.begin() as connection:
     context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
