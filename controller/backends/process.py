@@ -172,9 +172,13 @@ class ProcessBackend(Backend):
             logger.warning("%s", e)
 
     def close(self) -> None:
-        """Stop the fork server and the watch; running sandboxes carry on, supervised."""
+        """Stop the fork server and the watch; running sandboxes carry on, supervised. The
+        working root goes too once no sandbox works in it (each controller has its own,
+        so a host that runs many, tests and benches among them, would collect them)."""
         self._forks.close()
         self._exits.close()
+        with contextlib.suppress(OSError):  # not empty: a sandbox still runs, adoptable
+            self.work_root.rmdir()
 
     def observe(self) -> list[Observed]:
         seen = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -57,6 +58,7 @@ def make_backend(tmp_path: Path) -> Iterator[Callable[..., ProcessBackend]]:
             if seen.state == ObservedState.RUNNING:
                 backend.stop(seen.sandbox_id)
         backend.close()
+        shutil.rmtree(backend.work_root, ignore_errors=True)  # outside tmp_path
 
 
 def supervisor_of(backend: ProcessBackend, sandbox_id: str) -> int:
@@ -213,3 +215,22 @@ def test_the_exit_watch_wakes_for_each_pid_once(
         if not done.is_set():
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+
+
+def test_closing_removes_the_working_root_unless_a_sandbox_still_works_in_it(
+    make_backend: Callable[..., ProcessBackend], make_spec: MakeSpec
+) -> None:
+    exits: list[Observed] = []
+    backend = make_backend(exits)
+    backend.launch(make_spec("sbx-done", command=["python", "-c", "pass"]))
+    wait_for(lambda: exits, "its exit")
+    backend.remove("sbx-done")
+    assert backend.work_root.is_dir()
+    backend.close()
+    assert not backend.work_root.exists()  # one per controller: none left behind
+
+    again = make_backend()
+    again.launch(make_spec("sbx-live", command=["python", "-c", SLEEPER]))
+    supervisor_of(again, "sbx-live")
+    again.close()  # it carries on, supervised, and a restarted controller adopts it
+    assert (again.work_root / "sbx-live" / "attempt-1").is_dir()
