@@ -25,7 +25,6 @@ from sqlalchemy import Engine, func, select, update
 from controller import metrics
 from controller.alerts import raise_cost_alerts
 from controller.backends.base import Backend, Observed, ObservedState
-from controller.db.plans import select_runs, with_plans
 from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError
 from controller.exit_path import ExitPath
@@ -33,6 +32,16 @@ from controller.finisher import Outcome, archive_logs
 from controller.launcher import Launcher
 from controller.logs import log_context
 from controller.outcomes import classify, exit_outcome, run_outcome
+from controller.pass_reads import (
+    NONE_RUNNING,
+    Running,
+    active_runs,
+    alert_candidates,
+    pending_page,
+    running_by_run,
+    running_counts,
+    running_rows,
+)
 from controller.settings import Settings
 from controller.stages import stages_from_plan
 from controller.staging import launchable_stage, staged_outcome
@@ -141,35 +150,20 @@ class Reconciler:
             metrics.backend_error(self.backend, "observe")
             raise
         with self.engine.connect() as conn:
-            active = self._active_runs(conn)
-            rows = (
-                conn.execute(
-                    select(sandboxes).where(
-                        sandboxes.c.status == SandboxStatus.RUNNING,
-                        sandboxes.c.run_id.in_([r.id for r in active]),
-                    )
-                ).all()
-                if active
-                else []
-            )
-        wanted = {(r.id, r.attempt) for r in rows}
-        cancelled = {r.id for r in active if r.cancel_requested}
-        running: dict[str, list[Any]] = {}
-        for row in rows:
-            running.setdefault(row.run_id, []).append(row)
-            if full:
+            active = active_runs(conn)
+            ids = [r.id for r in active]
+            # A full pass follows every running sandbox; one that only launches counts them.
+            rows = running_rows(conn, ids) if full else []
+            running = running_by_run(rows) if full else running_counts(conn, ids)
+        if full:
+            cancelled = {r.id for r in active if r.cancel_requested}
+            for row in rows:
                 with log_context(run_id=row.run_id, sandbox_id=row.id, attempt=row.attempt):
                     self._follow(row, observed.get((row.id, row.attempt)), row.run_id in cancelled)
-        if full:
-            self._collect_garbage(observed, wanted)
+            self._collect_garbage(observed, {(r.id, r.attempt) for r in rows})
         for run in active:
-            self._drive_run(run, running.get(run.id, []))
+            self._drive_run(run, running.get(run.id, NONE_RUNNING))
         self.pass_seconds.append(time.perf_counter() - began)
-
-    def _active_runs(self, conn: Any) -> list[Any]:
-        """The active runs, each plan parsed once (controller.db.plans)."""
-        found = conn.execute(select_runs(runs.c.status.in_(list(ACTIVE_RUN)))).all()
-        return with_plans(conn, found)
 
     def _follow(self, row: Any, seen: Observed | None, cancel: bool) -> None:
         if self.exits.finishing(row.id, row.attempt):
@@ -295,15 +289,14 @@ class Reconciler:
             known = conn.execute(select(runs.c.id).where(runs.c.id == seen.run_id)).first()
         return known is not None
 
-    def _drive_run(self, run: Any, running: Sequence[Any]) -> None:
+    def _drive_run(self, run: Any, running: Running) -> None:
         if run.status == RunStatus.PENDING:
             self._set_run(run.id, status=RunStatus.RUNNING, started_at=self.clock())
+        now = self.clock()
+        with self.engine.connect() as conn:
+            candidates = alert_candidates(conn, run.id, now - timedelta(seconds=ALERT_LOOKBACK_S))
         held = raise_cost_alerts(
-            self.engine,
-            run,
-            self._alert_candidates(run.id, running),
-            self.settings.cost_alert_ratio,
-            self.clock(),
+            self.engine, run, candidates, self.settings.cost_alert_ratio, now
         )
         if run.cancel_requested:
             self._skip_pending(run.id, "cancelled before it started")
@@ -315,25 +308,8 @@ class Reconciler:
             stage = launchable_stage(self.engine, self.store, run, staged, self.clock())
             if not held:
                 self._launch_ready(run, running, spent, stage)
-        if not running:  # with one running it cannot end; its exit nudges a new pass
+        if not running.count:  # with one running it cannot end; its exit nudges a new pass
             self._maybe_finish_run(run)
-
-    def _alert_candidates(self, run_id: str, running: Sequence[Any]) -> list[Any]:
-        """Rows whose cost may have just passed their estimate: running ones and those that
-        ended lately (a cost no longer changes once the end is recorded) with a cost at all
-        (nothing is over an estimate at $0, and a run of no-ops reads no rows here)."""
-        since = self.clock() - timedelta(seconds=ALERT_LOOKBACK_S)
-        with self.engine.connect() as conn:
-            ended = conn.execute(
-                select(sandboxes).where(
-                    sandboxes.c.run_id == run_id,
-                    sandboxes.c.status != SandboxStatus.RUNNING,
-                    sandboxes.c.finished_at >= since,
-                    sandboxes.c.cost_alerted.is_(False),
-                    sandboxes.c.cost_usd + sandboxes.c.prior_cost_usd > 0,
-                )
-            ).all()
-        return [*running, *ended]
 
     def _members(self, run_id: str) -> list[Any]:
         """Every sandbox of a staged run: id, status and stage only."""
@@ -356,11 +332,16 @@ class Reconciler:
             ).scalar()
         return float(total or 0.0)
 
-    def _over_budget(self, run: Any, running: Sequence[Any], spent: float) -> bool:
+    def _over_budget(self, run: Any, running: Running, spent: float) -> bool:
         """Past the budget: stop what runs, skip what waits. The run ends budget_exceeded."""
         if run.budget_usd is None or spent < run.budget_usd:
             return False
-        for row in running:
+        if running.rows is not None:
+            rows: Sequence[Any] = running.rows
+        else:  # a pass that only counted them
+            with self.engine.connect() as conn:
+                rows = running_rows(conn, [run.id])
+        for row in rows:
             if row.stop_reason is None:
                 self._stop(row, StopReason.BUDGET)
         self._skip_pending(run.id, f"budget: ${spent:.2f} spent of ${run.budget_usd:.2f}")
@@ -369,12 +350,12 @@ class Reconciler:
         return True
 
     def _launch_ready(
-        self, run: Any, running: Sequence[Any], spent: float, stage: int | None = None
+        self, run: Any, running: Running, spent: float, stage: int | None = None
     ) -> None:
         now = self.clock()
-        slots = run.max_parallel - len(running)
+        slots = run.max_parallel - running.count
         expensive_limit = run.plan.get("max_parallel_expensive")
-        expensive_running = sum(1 for r in running if r.expensive)
+        expensive_running = running.expensive
         picked: list[Any] = []
         for row in self._pending(run.id, slots, stage):
             if len(picked) >= slots:
@@ -398,15 +379,8 @@ class Reconciler:
         page = min(max(2 * slots, PENDING_PAGE_MIN), PENDING_PAGE_MAX)
         after = -1
         while slots > 0:
-            query = select(sandboxes).where(
-                sandboxes.c.run_id == run_id,
-                sandboxes.c.status == SandboxStatus.PENDING,
-                sandboxes.c.position > after,
-            )
-            if stage is not None:
-                query = query.where(sandboxes.c.stage == stage)
             with self.engine.connect() as conn:
-                rows = conn.execute(query.order_by(sandboxes.c.position).limit(page)).all()
+                rows = pending_page(conn, run_id, after, page, stage)
             yield from rows
             if len(rows) < page:
                 return
