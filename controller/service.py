@@ -64,6 +64,7 @@ class Controller:
         self.reconciler.stop()
         self.backend.close()
         self.engine.dispose()
+        logger.info("controller stopped")
 
 
 @functools.cache  # once per process: what is frozen is never collected again

@@ -45,3 +45,17 @@ def report(url: str, run_id: str) -> dict[str, Any]:
 
 def logs(url: str, sandbox_id: str) -> str:
     return httpx.get(f"{url}/v1/sandboxes/{sandbox_id}/logs", timeout=30).text
+
+
+def cancel_active_runs(client: httpx.Client, timeout_s: float = 30) -> None:
+    """Cancel every run still going and wait for them to end: a sandbox left running when
+    its controller stops carries on, supervised, past the test."""
+    active = {"pending", "running"}
+    for run in client.get("/v1/runs").json()["runs"]:
+        if run["status"] in active:
+            client.post(f"/v1/runs/{run['run_id']}/cancel")
+    wait_for(
+        lambda: all(r["status"] not in active for r in client.get("/v1/runs").json()["runs"]),
+        timeout_s,
+        "every run cancelled",
+    )

@@ -37,6 +37,10 @@ from controller.settings import Settings
 logger = logging.getLogger(__name__)
 START_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 15
+# On SIGTERM, open streams (a run's events, followed logs) get this long to end before
+# they are cut: uvicorn would otherwise wait for every client to hang up, and a watching
+# dashboard kept the controller from stopping (Kubernetes then kills it, uncleanly).
+SHUTDOWN_GRACE_S = 5
 
 
 def bound_socket(host: str, port: int = 0) -> socket.socket:
@@ -94,17 +98,30 @@ def serve_app(
     (log_config=None): one format (SIMPLE_LOG_FORMAT), redacted."""
     if listener is None:
         uvicorn.run(
-            app, host=settings.host, port=settings.port, log_level=log_level, log_config=None
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level,
+            log_config=None,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
         return
     logger.info("sandboxes reach the controller at %s (sandbox routes only)", listener.url)
     guarded = SandboxOnlyAddresses(app, [listener.address])
     if listener.sock is None:  # the main listener (0.0.0.0) covers the gateway address
         uvicorn.run(
-            guarded, host=settings.host, port=settings.port, log_level=log_level, log_config=None
+            guarded,
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level,
+            log_config=None,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
         return
-    server = uvicorn.Server(uvicorn.Config(guarded, log_level=log_level, log_config=None))
+    config = uvicorn.Config(
+        guarded, log_level=log_level, log_config=None, timeout_graceful_shutdown=SHUTDOWN_GRACE_S
+    )
+    server = uvicorn.Server(config)
     server.run(sockets=[bound_socket(settings.host, settings.port), listener.sock])
 
 
@@ -159,6 +176,7 @@ class EmbeddedServer:
             log_level="warning",
             access_log=False,
             lifespan="on",
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
 
     def __enter__(self) -> EmbeddedServer:

@@ -14,10 +14,12 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -319,6 +321,9 @@ def serve(settings: Settings, tmp_path: Path, ci_catalog: Path) -> Iterator[Serv
             _end_runs(served)
         _stop(served.process)
         _kill_sandboxes(served.data_dir)
+    # what a killed sandbox left in its working directory (outside tmp_path)
+    shutil.rmtree(Path(tempfile.gettempdir()) / f"simple-work-{settings.controller_id}",
+                  ignore_errors=True)  # fmt: skip
 
 
 @pytest.fixture

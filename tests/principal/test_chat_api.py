@@ -19,6 +19,7 @@ from websockets.sync.client import connect
 
 from controller.cli.embedded import EmbeddedServer
 from controller.settings import Settings
+from tests.e2e_helpers import cancel_active_runs
 
 # No database behaviour of its own (or its own SQLite file): once is enough in CI.
 pytestmark = pytest.mark.once
@@ -78,11 +79,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
     with EmbeddedServer(settings) as server:
         yield server
         with _client(server) as client:
-            for run in client.get("/v1/runs").json()["runs"]:
-                if run["status"] in ACTIVE:
-                    client.post(f"/v1/runs/{run['run_id']}/cancel")
-            wait_for(lambda: all(r["status"] not in ACTIVE
-                                 for r in client.get("/v1/runs").json()["runs"]), 30, "cancel")
+            cancel_active_runs(client)
 
 
 def _client(server: EmbeddedServer, token: str = "t1") -> httpx.Client:

@@ -20,6 +20,7 @@ import pytest
 
 from controller.cli.embedded import EmbeddedServer
 from controller.settings import Settings
+from tests.e2e_helpers import cancel_active_runs
 from tests.principal.test_chat_api import CATALOG
 
 # No database behaviour of its own (or its own SQLite file): once is enough in CI.
@@ -90,6 +91,8 @@ def served(tmp_path_factory: pytest.TempPathFactory, model: FakeModel) -> Iterat
     )
     with EmbeddedServer(settings) as server:
         yield server
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            cancel_active_runs(client)
 
 
 @pytest.fixture

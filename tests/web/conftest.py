@@ -104,4 +104,4 @@ def page_controller(
     yield make
     for controller, client in made:
         client.close()
-        controller.engine.dispose()
+        controller.close()  # its backend too: nothing of it left in /tmp
