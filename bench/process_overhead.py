@@ -153,7 +153,7 @@ def bare_round(suite: str, data_dir: Path, parallel: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--suites", default="quick,ultra")
     parser.add_argument(
         "--parallel",

@@ -24,10 +24,10 @@ Clocks and figures:
   makespan / N on the instant one (nothing to subtract); SIMPLE's makespan is the run's
   created_at -> finished_at (the controller's wall clock), the bare one perf_counter.
 Each figure is taken per round (instant side, process side, bare loop) and the verdict
-on its median over the rounds (3 by default; the peak RSS on its maximum). The last line
+on its median over the rounds (5 by default; the peak RSS on its maximum). The last line
 is the verdict: `bench-scale: ... : OK|MISS`.
 
-    python bench/scale_bench.py [--sandboxes 1000] [--runs 100] [--parallel 16] [--rounds 3]
+    python bench/scale_bench.py [--sandboxes 1000] [--runs 100] [--parallel 16] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ def main() -> None:
     parser.add_argument("--sandboxes", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=100, help="finished runs already in the DB")
     parser.add_argument("--parallel", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     n = args.sandboxes
     rounds: list[dict[str, float]] = []

@@ -9,11 +9,9 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +19,6 @@ from sqlalchemy import select, update
 from typer.testing import CliRunner
 
 from controller.alerts import confirm_run
-from controller.backends.base import Backend, Observed, SandboxSpec
 from controller.catalog import load_catalog
 from controller.cli.embedded import EmbeddedServer
 from controller.cli.main import app
@@ -34,6 +31,7 @@ from controller.runs import create_run
 from controller.settings import Settings
 from controller.store.local import LocalStore
 from tests.e2e_helpers import report, start_run, wait_for, wait_run
+from tests.quiet_backend import QuietBackend
 
 QUICK = 7
 
@@ -63,35 +61,6 @@ def test_five_quick_runs_teach_the_planner(settings: Settings) -> None:
     assert table.exit_code == 0, table.output
     assert "board_meeting" in table.stdout and "observed (n=6)" in table.stdout
     assert "estimate accuracy: 7 templates observed" in table.stdout
-
-
-class QuietBackend(Backend):
-    """Launches nothing and sees nothing: the pass under test is the reconciler's own."""
-
-    name = "process"
-
-    def __init__(self) -> None:
-        self.launched: list[str] = []
-        self.lock = threading.Lock()
-
-    def launch(self, spec: SandboxSpec) -> None:
-        with self.lock:
-            self.launched.append(spec.env.sandbox_id)
-
-    def observe(self) -> list[Observed]:
-        return []
-
-    def stop(self, sandbox_id: str) -> None:
-        return None
-
-    def read_logs(self, sandbox_id: str) -> bytes:
-        return b""
-
-    def remove(self, sandbox_id: str) -> None:
-        return None
-
-    def render(self, spec: SandboxSpec) -> dict[str, Any]:
-        return {}
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ keep the expensive limit as a full pass does."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +12,6 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from controller.backends.base import Backend, Observed, SandboxSpec
 from controller.catalog import load_catalog
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import runs, sandboxes
@@ -23,6 +21,7 @@ from controller.reconciler import Reconciler
 from controller.runs import create_run
 from controller.settings import Settings
 from controller.store.local import LocalStore
+from tests.quiet_backend import QuietBackend
 
 CATALOG = """templates:
   - {id: cheap_a, category: t, estimate: {cost_usd: [0.01, 0.05], runtime_s: [1, 2]}}
@@ -32,38 +31,7 @@ CATALOG = """templates:
 """
 
 
-class RecordingBackend(Backend):
-    """Launches and stops nothing for real; records what the reconciler asked."""
-
-    name = "process"
-
-    def __init__(self) -> None:
-        self.launched: list[str] = []
-        self.stopped: list[str] = []
-        self.lock = threading.Lock()
-
-    def launch(self, spec: SandboxSpec) -> None:
-        with self.lock:
-            self.launched.append(spec.env.sandbox_id)
-
-    def observe(self) -> list[Observed]:
-        return []
-
-    def stop(self, sandbox_id: str) -> None:
-        with self.lock:
-            self.stopped.append(sandbox_id)
-
-    def read_logs(self, sandbox_id: str) -> bytes:
-        return b""
-
-    def remove(self, sandbox_id: str) -> None:
-        return None
-
-    def render(self, spec: SandboxSpec) -> dict[str, Any]:
-        return {}
-
-
-Started = tuple[Reconciler, RecordingBackend, str]
+Started = tuple[Reconciler, QuietBackend, str]
 Start = Callable[..., Started]
 
 
@@ -80,7 +48,7 @@ def start(settings: Settings, catalog_dir: Callable[[str], Path]) -> Iterator[St
             engine, catalog, PlanRequest(templates=templates, **request),
             {"templates": list(templates)}, backend="process", default_image="x",
         )  # fmt: skip
-        backend = RecordingBackend()
+        backend = QuietBackend()
         store = LocalStore.from_url(settings.resolved_store_url)
         made.append(Reconciler(engine, backend, store, settings))
         return made[-1], backend, run_id

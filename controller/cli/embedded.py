@@ -96,33 +96,22 @@ def serve_app(
     """`simplectl serve`: uvicorn on settings.host:port, and on the sandbox listener if any
     (where only the sandbox routes answer). uvicorn's own lines go through our root handler
     (log_config=None): one format (SIMPLE_LOG_FORMAT), redacted."""
-    if listener is None:
-        uvicorn.run(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level=log_level,
-            log_config=None,
-            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-        )
-        return
-    logger.info("sandboxes reach the controller at %s (sandbox routes only)", listener.url)
-    guarded = SandboxOnlyAddresses(app, [listener.address])
-    if listener.sock is None:  # the main listener (0.0.0.0) covers the gateway address
-        uvicorn.run(
-            guarded,
-            host=settings.host,
-            port=settings.port,
-            log_level=log_level,
-            log_config=None,
-            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-        )
-        return
+    served = app
+    sockets = None  # uvicorn binds settings.host:port itself
+    if listener is not None:
+        logger.info("sandboxes reach the controller at %s (sandbox routes only)", listener.url)
+        served = SandboxOnlyAddresses(app, [listener.address])
+        if listener.sock is not None:  # else the main listener (0.0.0.0) covers the gateway
+            sockets = [bound_socket(settings.host, settings.port), listener.sock]
     config = uvicorn.Config(
-        guarded, log_level=log_level, log_config=None, timeout_graceful_shutdown=SHUTDOWN_GRACE_S
+        served,
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        log_config=None,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
-    server = uvicorn.Server(config)
-    server.run(sockets=[bound_socket(settings.host, settings.port), listener.sock])
+    uvicorn.Server(config).run(sockets=sockets)
 
 
 class EmbeddedServer:

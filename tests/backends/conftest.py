@@ -8,13 +8,18 @@ created is found by that label and removed afterwards, and nothing else is touch
 from __future__ import annotations
 
 import contextlib
+import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from controller.backends.base import Resources, SandboxSpec
+from controller.backends.process import ProcessBackend
+from controller.settings import Settings
 from sandbox_image.contract import (
     LABEL_MANAGED_BY,
     LABEL_MANAGED_BY_VALUE,
@@ -65,6 +70,31 @@ def make_spec() -> MakeSpec:
         )
 
     return build
+
+
+@pytest.fixture
+def process_backends(tmp_path: Path) -> Iterator[Callable[..., ProcessBackend]]:
+    """ProcessBackend(settings on tmp_path, keyword arguments overriding them); its
+    sandboxes stopped and its working directories (outside tmp_path) removed afterwards."""
+    made: list[ProcessBackend] = []
+
+    def make(**overrides: Any) -> ProcessBackend:
+        settings = Settings(
+            data_dir=tmp_path / "data",
+            database_url=f"sqlite:///{tmp_path / 'data' / 'simple.db'}",
+            **{"process_user": "self", **overrides},
+        )
+        made.append(ProcessBackend(settings))
+        return made[-1]
+
+    yield make
+    for backend in made:
+        for seen in backend.observe():
+            backend.stop(seen.sandbox_id)
+    time.sleep(0.2 if made else 0)
+    for backend in made:
+        backend.close()
+        shutil.rmtree(backend.work_root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

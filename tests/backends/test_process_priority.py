@@ -12,9 +12,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,27 +36,14 @@ BackendFactory = Callable[..., ProcessBackend]
 
 
 @pytest.fixture
-def backends(tmp_path: Path) -> Iterator[BackendFactory]:
-    made: list[ProcessBackend] = []
-
+def backends(process_backends: BackendFactory) -> BackendFactory:
     def make(
         nice: int | None = None, user: str = "self", python: str | None = None
     ) -> ProcessBackend:
         extra = {} if nice is None else {"process_nice": nice}
-        settings = Settings(
-            data_dir=tmp_path / "data",
-            database_url=f"sqlite:///{tmp_path / 'data' / 'simple.db'}",
-            process_user=user,
-            process_python=python,
-            **extra,
-        )
-        made.append(ProcessBackend(settings))
-        return made[-1]
+        return process_backends(process_user=user, process_python=python, **extra)
 
-    yield make
-    for backend in made:
-        backend.close()
-        shutil.rmtree(backend.work_root, ignore_errors=True)
+    return make
 
 
 def probe(backend: ProcessBackend, make_spec: MakeSpec, sandbox_id: str) -> tuple[int, str]:

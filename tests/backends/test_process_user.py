@@ -11,9 +11,8 @@ import contextlib
 import os
 import pwd
 import re
-import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ from controller.backends.base import Observed, ObservedState
 from controller.backends.process import ProcessBackend
 from controller.backends.process_user import SandboxUser, SandboxUsers, UserPolicy, blocked
 from controller.errors import BackendError, ConfigError, NotFoundError
-from controller.settings import Settings
 from tests.backends.conftest import MakeSpec
 from tests.sandbox_python import require_root
 
@@ -42,29 +40,13 @@ BackendFactory = Callable[..., ProcessBackend]
 
 
 @pytest.fixture
-def backends(tmp_path: Path) -> Iterator[BackendFactory]:
-    """ProcessBackend(settings on tmp_path, SIMPLE_PROCESS_USER=user, ...); sandboxes
-    stopped and working directories removed afterwards."""
-    made: list[ProcessBackend] = []
+def backends(process_backends: Callable[..., ProcessBackend]) -> BackendFactory:
+    """ProcessBackend(settings on tmp_path, SIMPLE_PROCESS_USER=user, ...)."""
 
     def make(user: str, python: str | None = None) -> ProcessBackend:
-        settings = Settings(
-            data_dir=tmp_path / "data",
-            database_url=f"sqlite:///{tmp_path / 'data' / 'simple.db'}",
-            process_user=user,
-            process_python=python,
-        )
-        made.append(ProcessBackend(settings))
-        return made[-1]
+        return process_backends(process_user=user, process_python=python)
 
-    yield make
-    for backend in made:
-        for seen in backend.observe():
-            backend.stop(seen.sandbox_id)
-    time.sleep(0.2 if made else 0)
-    for backend in made:
-        backend.close()
-        shutil.rmtree(backend.work_root, ignore_errors=True)
+    return make
 
 
 def exited(backend: ProcessBackend, sandbox_id: str, timeout_s: float = 30) -> Observed:
