@@ -305,7 +305,7 @@ class Reconciler:
             if self._over_budget(run, running, spent):
                 return
             staged = self._members(run.id) if stages_from_plan(run.plan) else []
-            stage = launchable_stage(self.engine, self.store, run, staged, self.clock())
+            stage = launchable_stage(self.engine, self.store, run, staged, now)
             if not held:
                 self._launch_ready(run, running, spent, stage)
         if not running.count:  # with one running it cannot end; its exit nudges a new pass

@@ -55,7 +55,7 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Log the controll
 def cli_settings(catalog: list[Path] | None = None, **overrides: Any) -> Settings:
     try:
         settings = load_settings()
-    except SimpleError as e:
+    except ConfigError as e:  # callers such as `serve` run it outside errors_to_exit
         raise fail(str(e)) from None
     update = {k: v for k, v in overrides.items() if v is not None}
     if catalog:

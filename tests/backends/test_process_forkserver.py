@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ from controller.backends.base import Observed, ObservedState
 from controller.backends.process import ProcessBackend, _alive, sandbox_group
 from controller.backends.process_forkserver import ExitWatch, ForkServer
 from controller.errors import BackendError
-from controller.settings import Settings
 from tests.backends.conftest import MakeSpec
 
 SLEEPER = "import time; time.sleep(60)"
@@ -38,27 +36,19 @@ def wait_for(check: Callable[[], object], what: str, timeout_s: float = 30) -> N
 
 
 @pytest.fixture
-def make_backend(tmp_path: Path) -> Iterator[Callable[..., ProcessBackend]]:
-    """ProcessBackend on tmp_path (sandboxes as the controller's user); every sandbox
-    stopped and every backend closed afterwards."""
-    made: list[ProcessBackend] = []
+def make_backend(
+    process_backends: Callable[..., ProcessBackend],
+) -> Callable[..., ProcessBackend]:
+    """ProcessBackend on tmp_path (sandboxes as the controller's user), reporting its exits
+    to `exits` if given; cleaned up by `process_backends`."""
 
     def make(exits: list[Observed] | None = None) -> ProcessBackend:
-        settings = Settings(data_dir=tmp_path / "data", process_user="self",
-                            database_url=f"sqlite:///{tmp_path / 'data' / 'simple.db'}")
-        backend = ProcessBackend(settings)
+        backend = process_backends()
         if exits is not None:
             backend.listen_for_exits(exits.append)
-        made.append(backend)
         return backend
 
-    yield make
-    for backend in made:
-        for seen in backend.observe():
-            if seen.state == ObservedState.RUNNING:
-                backend.stop(seen.sandbox_id)
-        backend.close()
-        shutil.rmtree(backend.work_root, ignore_errors=True)  # outside tmp_path
+    return make
 
 
 def supervisor_of(backend: ProcessBackend, sandbox_id: str) -> int:
