@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -97,6 +98,21 @@ def test_exit_2_names_a_bad_setting_without_a_traceback(settings: Settings) -> N
     assert result.returncode == 2
     assert "SIMPLE_PROCESS_NICE='25'" in result.stderr
     assert "less than or equal to 19" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_on_a_taken_port_says_so_before_starting_anything(settings: Settings) -> None:
+    """The port is bound before the controller starts: else it adopted sandboxes, started
+    its reconciler and stopped again, and uvicorn's own error ended the process."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _run(settings, "serve", "--host", "127.0.0.1", "--port", str(port))
+    assert result.returncode == 1, result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "--port" in result.stderr  # what to do
+    assert "controller stopped" not in result.stderr  # it never started
     assert "Traceback" not in result.stderr
 
 

@@ -91,18 +91,23 @@ def listener_settings(settings: Settings, listener: SandboxListener | None) -> d
 
 
 def serve_app(
-    app: ASGIApp, settings: Settings, listener: SandboxListener | None, log_level: str
+    app: ASGIApp,
+    settings: Settings,
+    sock: socket.socket,
+    listener: SandboxListener | None,
+    log_level: str,
 ) -> None:
-    """`simplectl serve`: uvicorn on settings.host:port, and on the sandbox listener if any
-    (where only the sandbox routes answer). uvicorn's own lines go through our root handler
-    (log_config=None): one format (SIMPLE_LOG_FORMAT), redacted."""
+    """`simplectl serve`: uvicorn on `sock` (settings.host:port, bound by the caller before
+    the controller starts, so a taken port starts nothing), and on the sandbox listener if
+    any (where only the sandbox routes answer). uvicorn's own lines go through our root
+    handler (log_config=None): one format (SIMPLE_LOG_FORMAT), redacted."""
     served = app
-    sockets = None  # uvicorn binds settings.host:port itself
+    sockets = [sock]
     if listener is not None:
         logger.info("sandboxes reach the controller at %s (sandbox routes only)", listener.url)
         served = SandboxOnlyAddresses(app, [listener.address])
         if listener.sock is not None:  # else the main listener (0.0.0.0) covers the gateway
-            sockets = [bound_socket(settings.host, settings.port), listener.sock]
+            sockets.append(listener.sock)
     config = uvicorn.Config(
         served,
         host=settings.host,

@@ -74,7 +74,12 @@ def serve(
 ) -> None:
     """Serve the controller API (migrations are applied at start)."""
     from controller.api.app import create_app
-    from controller.cli.embedded import docker_listener, listener_settings, serve_app
+    from controller.cli.embedded import (
+        bound_socket,
+        docker_listener,
+        listener_settings,
+        serve_app,
+    )
     from controller.service import Controller
 
     setup_logging(verbose)
@@ -92,13 +97,17 @@ def serve(
             highlight=False,
         )
     with errors_to_exit():
+        # bound before anything starts: a taken port is one line, no sandbox adopted or launched
+        sock = bound_socket(settings.host, settings.port)
+        settings = settings.model_copy(update={"port": sock.getsockname()[1]})  # --port 0
         # docker backend, no network chosen: also listen on the `simple` network's gateway
         listener = docker_listener(
             settings, settings.port, bind=settings.host not in ("0.0.0.0", "::")
         )
         settings = settings.model_copy(update=listener_settings(settings, listener))
         controller = Controller(settings)
-        serve_app(create_app(controller), settings, listener, "info" if verbose else "warning")
+        log_level = "info" if verbose else "warning"
+        serve_app(create_app(controller), settings, sock, listener, log_level)
 
 
 @db_app.command("upgrade")
