@@ -19,7 +19,7 @@ from fastapi import Response
 from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import Engine
 
-from controller.api.models import PlanPublic, RunPage
+from controller.api.responses import PlanPublic, RunPage
 from controller.db.plans import rendered_plan
 
 

@@ -134,7 +134,7 @@ def run(
 def _dry_run(
     body: dict[str, Any], catalog: list[Path] | None, backend: str | None, output: str
 ) -> None:
-    from controller.api.models import RunCreate
+    from controller.api.requests import RunCreate
     from controller.catalog import load_catalog
     from controller.cli.dry_run import render_run
     from controller.service import catalog_dirs
@@ -181,7 +181,7 @@ def _check_images(embedded: EmbeddedServer, body: dict[str, Any]) -> None:
     """Docker sandboxes never pull: refuse to start when an image the run needs is missing."""
     if embedded.settings.backend != "docker":
         return
-    from controller.api.models import RunCreate
+    from controller.api.requests import RunCreate
     from controller.backends.docker_network import connect, require_images
     from controller.planner import plan
 

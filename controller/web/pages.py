@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse, StreamingResponse
 
 from controller.api.deps import ControllerDep
-from controller.api.models import RunId, SandboxId
+from controller.api.responses import RunId, SandboxId
 from controller.report import fetch_report
 from controller.runs import get_run, get_sandbox
 from controller.states import ACTIVE_RUN, RunStatus

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, insert
 
 from controller.api import rendered
-from controller.api.models import RunPublic
+from controller.api.responses import RunPublic
 from controller.db import plans as plans_module
 from controller.db.schema import runs, sandboxes
 from controller.runs import get_run

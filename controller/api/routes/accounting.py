@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controller.alerts import confirm_run
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.models import RunId, error_responses
+from controller.api.responses import RunId, error_responses
 from controller.estimates import accuracy
 from controller.ledger import read_ledger
 from controller.verify import verify_run

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from controller.api.deps import Authorized, BearerCredentials, SessionCookie, token_is_valid
-from controller.api.models import ChoicePublic, Interpretation, error_responses
+from controller.api.responses import ChoicePublic, Interpretation, error_responses
 from controller.errors import SimpleError
 from controller.principal.conversation import Principal
 

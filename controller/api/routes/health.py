@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 
 from controller.api.deps import ControllerDep
 from controller.api.errors import error_body
-from controller.api.models import ErrorResponse, Health
+from controller.api.responses import ErrorResponse, Health
 from controller.errors import SimpleError
 
 router = APIRouter(tags=["health"])

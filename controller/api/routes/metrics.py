@@ -9,7 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from controller import metrics
 from controller.api.deps import BearerCredentials, ControllerDep, _listed
-from controller.api.models import error_responses
+from controller.api.responses import error_responses
 from controller.errors import UnauthorizedError
 
 router = APIRouter(tags=["health"])

@@ -8,17 +8,17 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.models import (
+from controller.api.rendered import run_response
+from controller.api.requests import RunCreate
+from controller.api.responses import (
     ItemPage,
     Report,
-    RunCreate,
     RunId,
     RunList,
     RunPublic,
     SandboxIdQuery,
     error_responses,
 )
-from controller.api.rendered import run_response
 from controller.item_results import MAX_PAGE, all_items, list_items
 from controller.report import REPORT_PAGE_MAX, fetch_report
 from controller.report_formats import report_junit, report_markdown

@@ -14,8 +14,8 @@ from controller.api.body_guard import ATTEMPT_KEY
 from controller.api.deps import Authorized, ControllerDep
 from controller.api.log_follow import FollowerSlots
 from controller.api.log_follow import follow as follow_logs
-from controller.api.models import (
-    EventBatch,
+from controller.api.requests import EventBatch
+from controller.api.responses import (
     EventsAccepted,
     SandboxDetail,
     SandboxId,

@@ -27,7 +27,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import Engine, select
 
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.models import ID_PATTERN, StreamedEvent, StreamEnd, error_responses
+from controller.api.responses import ID_PATTERN, StreamedEvent, StreamEnd, error_responses
 from controller.catalog import Catalog
 from controller.db.schema import events
 from controller.principal.notices import run_notices

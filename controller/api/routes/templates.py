@@ -7,7 +7,8 @@ from typing import Any
 from fastapi import APIRouter
 
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.models import PlanPublic, RunCreate, TemplateList, error_responses
+from controller.api.requests import RunCreate
+from controller.api.responses import PlanPublic, TemplateList, error_responses
 from controller.errors import UnknownNameError
 from controller.estimates import planning_catalog
 from controller.planner import plan
