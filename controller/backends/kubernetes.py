@@ -2,17 +2,17 @@
 
 The official client is imported only in this module, and only when a method first
 needs the cluster: constructing the backend and `render` work offline (`--dry-run`).
-Status comes from Job conditions and the Pod's container states, logs from pods/log.
-API calls retry only what is known to be transient (429, 5xx, connection errors)
-with capped exponential backoff and jitter; anything else raises BackendError at
-once, chained, with a hint (a 403 names the RBAC verb and resource to grant).
+Status comes from Job conditions and the Pod's container states (kept by informers,
+`kubernetes_informer.py`), logs from pods/log. API calls go through `KubeCalls`
+(`kubernetes_calls.py`): only what is known to be transient is retried; anything else
+raises BackendError at once, chained, with a hint (a 403 names the RBAC verb and
+resource to grant).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -20,14 +20,11 @@ from typing import TYPE_CHECKING, Any
 from controller.backends.base import Backend, Notify, Observed, SandboxSpec
 from controller.backends.kubernetes_api import (
     KubernetesApiError,
-    api_error,
     body_bytes,
-    is_transient,
     json_of,
-    load_api_client,
-    retry_after,
 )
-from controller.backends.kubernetes_informer import WATCH_TIMEOUT_S, Gone, Informer
+from controller.backends.kubernetes_calls import KubeCalls
+from controller.backends.kubernetes_informer import Informer
 from controller.backends.kubernetes_job import (
     CONFIG_ERROR_GRACE_S,
     CONTAINER_NAME,
@@ -40,7 +37,6 @@ from controller.backends.kubernetes_job import (
     secret_name,
 )
 from controller.errors import BackendError, NotFoundError, UnavailableError
-from controller.retry import backoff_s
 from sandbox_image.contract import (
     LABEL_ATTEMPT,
     LABEL_CONTROLLER,
@@ -106,17 +102,19 @@ class KubernetesBackend(Backend):
         self.namespace = settings.kubernetes_namespace
         self.service_account = settings.kubernetes_sandbox_service_account
         self.job_ttl_s = settings.kubernetes_job_ttl_s
-        self._batch = batch_api
-        self._core = core_api
-        self._api_client: Any = None  # only when this backend built the API objects
-        self._init_lock = threading.Lock()
+        self.api = KubeCalls(
+            self.namespace,
+            self.selector,
+            batch_api=batch_api,
+            core_api=core_api,
+            sleeper=sleeper,
+            jitter=jitter,
+            max_attempts=max_attempts,
+            backoff_base_s=backoff_base_s,
+            backoff_max_s=backoff_max_s,
+            request_timeout_s=request_timeout_s,
+        )
         self._clock = clock
-        self._sleep = sleeper
-        self._jitter = jitter
-        self._max_attempts = max(1, max_attempts)
-        self._backoff_base_s = backoff_base_s
-        self._backoff_max_s = backoff_max_s
-        self._request_timeout_s = request_timeout_s
         self._unschedulable_grace_s = unschedulable_grace_s
         self._config_error_grace_s = config_error_grace_s
 
@@ -130,10 +128,10 @@ class KubernetesBackend(Backend):
         """Create the Job, then its Secret. The same attempt's Job is adopted, an earlier
         attempt's replaced. A Secret that cannot be created takes its Job with it."""
         body = self.render(spec)
-        batch, _ = self._apis()
+        batch, _ = self.api.apis()
         try:
             job = json_of(
-                self._call("create", "jobs", batch.create_namespaced_job, self.namespace, body)
+                self.api.call("create", "jobs", batch.create_namespaced_job, self.namespace, body)
             )
         except KubernetesApiError as e:
             if e.status != 409:
@@ -166,9 +164,9 @@ class KubernetesBackend(Backend):
         if cache is not None:
             jobs, pods = cache[0].items(), cache[1].items()
         else:
-            batch, core = self._apis()
-            jobs = self._list("jobs", batch.list_namespaced_job, self.selector)
-            pods = self._list("pods", core.list_namespaced_pod, self.selector)
+            batch, core = self.api.apis()
+            jobs = self.api.list_objects("jobs", batch.list_namespaced_job, self.selector)
+            pods = self.api.list_objects("pods", core.list_namespaced_pod, self.selector)
         pods_by_attempt: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
         for pod in pods:
             pods_by_attempt.setdefault(attempt_key(pod), []).append(pod)
@@ -200,13 +198,13 @@ class KubernetesBackend(Backend):
 
     def read_logs(self, sandbox_id: str) -> bytes:
         """The newest Pod's output so far; empty while its container is still starting."""
-        _, core = self._apis()
+        _, core = self.api.apis()
         cache = self._cache()
         if cache is not None:
             pods = cache[1].find(lambda p: attempt_key(p)[0] == sandbox_id)
         else:
             selector = f"{self.selector},{LABEL_SANDBOX_ID}={sandbox_id}"
-            pods = self._list("pods", core.list_namespaced_pod, selector)
+            pods = self.api.list_objects("pods", core.list_namespaced_pod, selector)
         if not pods:
             raise NotFoundError(
                 f"sandbox {sandbox_id} has no pod in namespace {self.namespace!r}",
@@ -214,7 +212,7 @@ class KubernetesBackend(Backend):
             )
         pod_name = object_name(max(pods, key=pod_order))
         try:
-            response = self._call(
+            response = self.api.call(
                 "get",
                 "pods/log",
                 core.read_namespaced_pod_log,
@@ -238,8 +236,8 @@ class KubernetesBackend(Backend):
         if self._informers is not None:  # watching: answering readiness probes costs no call
             return
         try:
-            batch, _ = self._apis()
-            self._call(
+            batch, _ = self.api.apis()
+            self.api.call(
                 "list",
                 "jobs",
                 batch.list_namespaced_job,
@@ -255,18 +253,16 @@ class KubernetesBackend(Backend):
     def close(self) -> None:
         for informer in self._informers or ():
             informer.close()
-        if self._api_client is not None:
-            self._api_client.close()
-            self._api_client = None
+        self.api.close()
 
     # -- helpers ----------------------------------------------------------------------
 
     def _job_of_attempt(self, spec: SandboxSpec) -> dict[str, Any] | None:
         """The Job named like the sandbox if it is this very attempt's, else None."""
-        batch, _ = self._apis()
+        batch, _ = self.api.apis()
         try:
             existing = json_of(
-                self._call(
+                self.api.call(
                     "get", "jobs", batch.read_namespaced_job, spec.sandbox_id, self.namespace
                 )
             )
@@ -287,11 +283,13 @@ class KubernetesBackend(Backend):
     # its activeDeadlineSeconds (the template's timeout) ends it, and a retry makes both anew.
     def _create_secret(self, spec: SandboxSpec, job: Mapping[str, Any]) -> None:
         """Create the sandbox's Secret, owned by `job`; on failure delete the Job and raise."""
-        _, core = self._apis()
+        _, core = self.api.apis()
         try:
             body = build_secret(spec, self.namespace, job)
             try:
-                self._call("create", "secrets", core.create_namespaced_secret, self.namespace, body)
+                self.api.call(
+                    "create", "secrets", core.create_namespaced_secret, self.namespace, body
+                )
             except KubernetesApiError as e:
                 if e.status != 409:
                     raise
@@ -313,11 +311,11 @@ class KubernetesBackend(Backend):
     def _replace_leftover_secret(self, spec: SandboxSpec, body: dict[str, Any]) -> None:
         """A Secret holds the name: replace it if it is this sandbox's (a Secret is immutable,
         so delete and create), refuse to touch anyone else's."""
-        _, core = self._apis()
+        _, core = self.api.apis()
         name = secret_name(spec.sandbox_id)
         try:
             existing = json_of(
-                self._call("get", "secrets", core.read_namespaced_secret, name, self.namespace)
+                self.api.call("get", "secrets", core.read_namespaced_secret, name, self.namespace)
             )
         except KubernetesApiError as e:
             if e.status != 404:  # 404: deleted in between, so the name is free again
@@ -335,7 +333,7 @@ class KubernetesBackend(Backend):
                     hint="rename or delete that Secret, or run SIMPLE in a namespace of its own",
                 )
             self._delete_quietly("secrets", name)
-        self._call("create", "secrets", core.create_namespaced_secret, self.namespace, body)
+        self.api.call("create", "secrets", core.create_namespaced_secret, self.namespace, body)
 
     def _replace_earlier_attempt(
         self, batch: Any, spec: SandboxSpec, body: dict[str, Any]
@@ -350,7 +348,7 @@ class KubernetesBackend(Backend):
         self._delete_job(spec.sandbox_id)
         try:
             return json_of(
-                self._call("create", "jobs", batch.create_namespaced_job, self.namespace, body)
+                self.api.call("create", "jobs", batch.create_namespaced_job, self.namespace, body)
             )
         except KubernetesApiError as e:
             if e.status != 409:
@@ -367,9 +365,9 @@ class KubernetesBackend(Backend):
         """Delete the Job (its Pods in the background) and its Secret; False if no Job was
         there. The garbage collector deletes the Secret with the Job anyway: deleting it here
         too means a token never outlives its sandbox by the collector's delay."""
-        batch, _ = self._apis()
+        batch, _ = self.api.apis()
         try:
-            self._call(
+            self.api.call(
                 "delete",
                 "jobs",
                 batch.delete_namespaced_job,
@@ -389,12 +387,12 @@ class KubernetesBackend(Backend):
     def _delete_quietly(self, resource: str, name: str) -> None:
         """Delete a Job or Secret as a clean-up: gone already is fine, failing is a warning
         (the garbage collector, or the Job's deadline, still ends it)."""
-        batch, core = self._apis()
+        batch, core = self.api.apis()
         method = (
             core.delete_namespaced_secret if resource == "secrets" else batch.delete_namespaced_job
         )
         try:
-            self._call(
+            self.api.call(
                 "delete", resource, method, name, self.namespace, propagation_policy="Background"
             )
         except KubernetesApiError as e:
@@ -403,39 +401,15 @@ class KubernetesBackend(Backend):
                     "could not delete %s %s/%s: %s", resource, self.namespace, name, e.message
                 )
 
-    def _list(
-        self, resource: str, method: Callable[..., Any], selector: str
-    ) -> list[Mapping[str, Any]]:
-        return self._list_versioned(resource, method, selector)[0]
-
-    def _list_versioned(
-        self, resource: str, method: Callable[..., Any], selector: str
-    ) -> tuple[list[Mapping[str, Any]], str | None]:
-        """Every object the selector matches (paged) and the list's resourceVersion."""
-        items: list[Mapping[str, Any]] = []
-        token: str | None = None
-        version: str | None = None
-        while True:
-            page_args: dict[str, Any] = {"label_selector": selector, "limit": 500}
-            if token:
-                page_args["_continue"] = token
-            page = json_of(self._call("list", resource, method, self.namespace, **page_args))
-            items.extend(page.get("items") or [])
-            meta = page.get("metadata") or {}
-            version = version or meta.get("resourceVersion")
-            token = meta.get("continue")
-            if not token:
-                return items, version
-
     # -- informers: the cache observe and read_logs read instead of listing -----------
 
     def _cache(self) -> tuple[Informer, Informer] | None:
         """The Job and Pod informers, started (one LIST each) on first use; None when off."""
         if not self._use_informers:
             return None
-        with self._init_lock:
+        with self.api.lock:
             if self._informers is None:
-                batch, core = self._apis_unlocked()
+                batch, core = self.api.apis_unlocked()
                 labels = dict(part.split("=", 1) for part in self.selector.split(","))
                 jobs = self._informer("jobs", batch.list_namespaced_job, labels)
                 pods = self._informer("pods", core.list_namespaced_pod, labels)
@@ -444,109 +418,11 @@ class KubernetesBackend(Backend):
 
     def _informer(self, kind: str, lister: Callable[..., Any], labels: dict[str, str]) -> Informer:
         def list_all() -> tuple[list[Mapping[str, Any]], str | None]:
-            return self._list_versioned(kind, lister, self.selector)
+            return self.api.list_versioned(kind, lister, self.selector)
 
         def watch(version: str | None) -> Any:
-            return self._watch(lister, version)
+            return self.api.watch(lister, version)
 
         informer = Informer(kind, list_all, watch, labels, self._notify)
         informer.start()
         return informer
-
-    def _watch(self, lister: Callable[..., Any], version: str | None) -> Any:
-        """Open one watch (a streaming answer) from `version`, with bookmarks."""
-        kwargs: dict[str, Any] = {
-            "label_selector": self.selector,
-            "watch": True,
-            "allow_watch_bookmarks": True,
-            "timeout_seconds": WATCH_TIMEOUT_S,
-            "_preload_content": False,
-            "_request_timeout": (self._request_timeout_s, WATCH_TIMEOUT_S + 30),
-        }
-        if version:
-            kwargs["resource_version"] = version
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return lister(self.namespace, **kwargs)
-        except ApiException as e:
-            if int(e.status or 0) == 410:
-                raise Gone() from e
-            raise
-
-    def _apis(self) -> tuple[Any, Any]:
-        """The BatchV1Api and CoreV1Api, built on first use from in-cluster config or kubeconfig."""
-        with self._init_lock:
-            return self._apis_unlocked()
-
-    def _apis_unlocked(self) -> tuple[Any, Any]:
-        if self._batch is None or self._core is None:
-            from kubernetes import client
-
-            self._api_client = load_api_client()
-            self._batch = self._batch or client.BatchV1Api(self._api_client)
-            self._core = self._core or client.CoreV1Api(self._api_client)
-        return self._batch, self._core
-
-    def _call(
-        self, verb: str, resource: str, method: Callable[..., Any], *args: Any, **kwargs: Any
-    ) -> Any:
-        """One API call, its raw answer; 429, 5xx and connection errors are retried, the rest
-        raise at once. `verb` and `resource` name the RBAC right the call needs, for hints."""
-        import urllib3
-        from kubernetes.client.exceptions import ApiException
-
-        kwargs.setdefault("_request_timeout", self._request_timeout_s)
-        # Raw answers: no model round trip that a newer server's objects could fail, and a
-        # log that happens to be JSON stays bytes.
-        kwargs.setdefault("_preload_content", False)
-        for attempt in range(1, self._max_attempts + 1):
-            last = attempt == self._max_attempts
-            try:
-                return method(*args, **kwargs)
-            except ApiException as e:
-                status = int(e.status or 0)
-                if not is_transient(status) or last:
-                    raise api_error(e, verb, resource, self.namespace, attempt) from e
-                delay = self._backoff(attempt, retry_after(e))
-                log.warning(
-                    "%s %s: %s %s; retry %d/%d in %.1fs",
-                    verb,
-                    resource,
-                    status,
-                    e.reason,
-                    attempt,
-                    self._max_attempts - 1,
-                    delay,
-                )
-            except (urllib3.exceptions.HTTPError, OSError) as e:
-                if last:
-                    raise KubernetesApiError(
-                        f"cannot reach the Kubernetes API to {verb} {resource} "
-                        f"after {attempt} attempts: {e}",
-                        status=0,
-                        transient=True,
-                        hint="check the API server address (kubeconfig or in-cluster env) "
-                        "and the network between the controller and the cluster",
-                    ) from e
-                delay = self._backoff(attempt, None)
-                log.warning(
-                    "%s %s: %s; retry %d/%d in %.1fs",
-                    verb,
-                    resource,
-                    e,
-                    attempt,
-                    self._max_attempts - 1,
-                    delay,
-                )
-            self._sleep(delay)
-        raise AssertionError("unreachable")  # the loop returns or raises
-
-    def _backoff(self, attempt: int, retry_after_s: float | None) -> float:
-        """Capped exponential backoff with equal jitter; a server's Retry-After is a floor."""
-        delay = backoff_s(
-            attempt, self._backoff_base_s, self._backoff_max_s, self._jitter, equal_jitter=True
-        )
-        if retry_after_s is not None:
-            delay = max(delay, min(retry_after_s, self._backoff_max_s))
-        return delay
