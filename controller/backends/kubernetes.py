@@ -12,7 +12,6 @@ resource to grant).
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -68,7 +67,8 @@ MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={LABEL_MANAGED_BY_VALUE}"
 
 
 class KubernetesBackend(Backend):
-    """Sandboxes as Jobs in one namespace; the API objects, clock and sleeper are injectable."""
+    """Sandboxes as Jobs in one namespace; the clock and the API calls (`KubeCalls`: API
+    objects, sleeper, jitter) are injectable."""
 
     name = "kubernetes"
     supports_adoption = True
@@ -80,19 +80,14 @@ class KubernetesBackend(Backend):
         settings: Settings,
         notify: Notify | None = None,
         *,
-        batch_api: Any = None,
-        core_api: Any = None,
         clock: Callable[[], float] = time.time,
-        sleeper: Callable[[float], None] = time.sleep,
-        jitter: Callable[[], float] = random.random,
-        max_attempts: int = 4,
-        backoff_base_s: float = 0.5,
-        backoff_max_s: float = 8.0,
-        request_timeout_s: float = 15.0,
         unschedulable_grace_s: float = 300.0,
         config_error_grace_s: float = CONFIG_ERROR_GRACE_S,
         informers: bool = True,
+        **api: Any,
     ) -> None:
+        """`api`: KubeCalls' options (the API objects, sleeper, jitter, retries, timeout),
+        its defaults where not given."""
         super().__init__(notify)
         self.controller_id = settings.controller_id
         # Only this controller's objects: two controllers in one namespace stay apart.
@@ -102,18 +97,7 @@ class KubernetesBackend(Backend):
         self.namespace = settings.kubernetes_namespace
         self.service_account = settings.kubernetes_sandbox_service_account
         self.job_ttl_s = settings.kubernetes_job_ttl_s
-        self.api = KubeCalls(
-            self.namespace,
-            self.selector,
-            batch_api=batch_api,
-            core_api=core_api,
-            sleeper=sleeper,
-            jitter=jitter,
-            max_attempts=max_attempts,
-            backoff_base_s=backoff_base_s,
-            backoff_max_s=backoff_max_s,
-            request_timeout_s=request_timeout_s,
-        )
+        self.api = KubeCalls(self.namespace, self.selector, **api)
         self._clock = clock
         self._unschedulable_grace_s = unschedulable_grace_s
         self._config_error_grace_s = config_error_grace_s
