@@ -4,10 +4,12 @@ Every request with a body is judged on its headers first:
 - a `Content-Length` over its route's limit gets 413 at once; a chunked body is
   counted while it streams and stopped with 413 as soon as it passes the limit,
   before any parsing and without buffering more than one chunk;
-- a request without valid credentials gets 401 without a byte of its body read:
+- a request without valid credentials gets 401 without its body parsed or held:
   an API token (or the dashboard's session cookie) on API routes, a sandbox's own
   token on the events route. The snapshot upload checks its signature before it
   reads (in its route); the login form is small and carries the token itself.
+  A refused body of at most DRAIN_MAX_BYTES is read and dropped before the answer
+  (see there); a larger one is left unread and the connection closed.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ EVENTS_PATH = re.compile(r"^/v1/sandboxes/([a-z0-9-]{1,63})/events/?$")
 SNAPSHOT_PATH = re.compile(r"^/v1/sandboxes/[^/]+/snapshot/?$")
 LOGIN_PATH = "/login"
 LOGIN_MAX_BYTES = 16 * 1024
+DRAIN_MAX_BYTES = 1024 * 1024
+"""A refused body up to this size (by its Content-Length, already within its route's
+limit) is read and dropped before the answer, and the connection stays open: a bounded
+read, nothing parsed or held. Closing with body bytes unread makes the kernel
+reset the connection, and a reset makes the client's kernel drop the answer it has not
+read yet: a client with a wrong token got "connection reset" instead of the 401."""
 ATTEMPT_KEY = "sandbox_attempt"
 """`request.state` key: the attempt whose token the events request carries (quotas)."""
 
@@ -94,7 +102,8 @@ class BodyGuard:
                           "retry after Retry-After seconds; nothing was stored")
             return
         if refusal is not None:
-            await _answer(send, 401, "unauthorized", *refusal)
+            drained = await _drain(receive, length)
+            await _answer(send, 401, "unauthorized", *refusal, close=not drained)
             return
         await self.app(scope, _counted(receive, BodyTooLarge(limit, what, setting)), send)
 
@@ -181,15 +190,30 @@ def _cookie(headers: dict[str, str], name: str) -> str | None:
     return morsel.value if morsel else None
 
 
-async def _answer(send: Send, status: int, code: str, message: str, hint: str) -> None:
+async def _drain(receive: Receive, length: str | None) -> bool:
+    """Read and drop a body of a declared length up to DRAIN_MAX_BYTES; whether it was."""
+    if length is None or int(length) > DRAIN_MAX_BYTES:
+        return False
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return False  # the client went away
+        if not message.get("more_body"):
+            return True
+
+
+async def _answer(
+    send: Send, status: int, code: str, message: str, hint: str, close: bool = True
+) -> None:
     body = json.dumps(
         {"error": {"code": code, "message": message, "hint": hint, "field": None}}
     ).encode()
     headers: list[tuple[bytes, bytes]] = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),  # the unread body cannot be skipped on this connection
     ]
+    if close:  # an unread body cannot be skipped on this connection
+        headers.append((b"connection", b"close"))
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
     if status == 503:
