@@ -47,9 +47,9 @@ from sqlalchemy import Engine, func, insert, select, text
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.ingest_bench import bench_database
-from controller.aggregator import load_snapshot, read_snapshot
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import result_runs, result_steps, runs
+from controller.intake.aggregator import load_snapshot, read_snapshot
 from sandbox_image.contract import SNAPSHOT_SCHEMA_SQL
 
 RUN_ID = "run-aggregate-bench"

@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlalchemy import select
 
 from controller.backends.base import Resources, SandboxSpec
-from controller.backends.docker_spec import build_container_spec
+from controller.backends.docker.spec import build_container_spec
 from controller.cli.embedded import EmbeddedServer
 from controller.db.schema import attempts, sandboxes
 from controller.settings import Settings

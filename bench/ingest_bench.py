@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import events, runs, sandboxes
-from controller.tokens import hash_token
+from controller.intake.tokens import hash_token
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_ID = "run-ingest-bench"
@@ -158,7 +158,7 @@ def serve(port: int, url: str, persistence: bool) -> None:
     import uvicorn
 
     from controller.api.app import create_app
-    from controller.ingest import PERSISTENCE_FLAG
+    from controller.intake.ingest import PERSISTENCE_FLAG
     from controller.service import Controller
     from controller.settings import Settings
 

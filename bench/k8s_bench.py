@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from controller.backends.base import ObservedState, Resources, SandboxSpec
-from controller.backends.kubernetes import KubernetesBackend
+from controller.backends.kubernetes.backend import KubernetesBackend
 from controller.settings import Settings
 from sandbox_image.contract import SandboxEnv
 from tests.k8s.conftest import FakeCluster, request_kinds

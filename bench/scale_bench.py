@@ -53,11 +53,11 @@ from sqlalchemy import insert
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from controller.backends.instant import InstantBackend
-from controller.catalog import load_catalog
+from controller.catalog.templates import load_catalog
 from controller.cli.embedded import EmbeddedServer
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import attempts, result_runs, runs, sandboxes
-from controller.planner import PlanRequest, Priority, plan
+from controller.planning.plan import PlanRequest, Priority, plan
 from controller.runs import sandbox_id_for, sandbox_spec
 from controller.settings import Settings
 from tests.e2e_helpers import FINAL, start_run

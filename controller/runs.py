@@ -14,13 +14,13 @@ from typing import Any
 from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from controller.batches import WorkItem, items_jsonl
-from controller.catalog import Catalog, Template
+from controller.catalog.batches import WorkItem, items_jsonl
+from controller.catalog.stages import stage_summary
+from controller.catalog.templates import Catalog, Template
 from controller.db.plans import run_with_plan, select_runs, with_plans
 from controller.db.schema import runs, sandboxes
 from controller.errors import ConflictError, InputError, NotFoundError
-from controller.estimates import planning_catalog
-from controller.planner import (
+from controller.planning.plan import (
     EXPENSIVE_USD,
     Plan,
     PlanRequest,
@@ -28,8 +28,8 @@ from controller.planner import (
     plan,
     with_items,
 )
-from controller.report import attempt_rows
-from controller.stages import stage_summary
+from controller.results.estimates import planning_catalog
+from controller.results.report import attempt_rows
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus
 from controller.store.base import ObjectStore, items_key
 from sandbox_image.contract import SANDBOX_ID_MAX_LENGTH

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from controller.backends import create_backend
 from controller.backends.base import Backend
-from controller.catalog import Catalog, load_catalog
+from controller.catalog.templates import Catalog, load_catalog
 from controller.db.engine import check_ready, create_db_engine, upgrade
-from controller.reconciler import Reconciler
+from controller.intake.tokens import load_signing_key, set_signing_key
+from controller.reconcile.reconciler import Reconciler
 from controller.settings import Settings
 from controller.store import create_store
 from controller.store.base import ObjectStore
-from controller.tokens import load_signing_key, set_signing_key
 
 logger = logging.getLogger(__name__)
 

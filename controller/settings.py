@@ -22,7 +22,7 @@ from controller.errors import ConfigError
 BackendName = Literal["process", "docker", "kubernetes"]
 
 # The built-in catalog ships inside the package (package-data), so a wheel carries it.
-BUILTIN_CATALOG_DIR = Path(__file__).resolve().parent / "builtin_catalog"
+BUILTIN_CATALOG_DIR = Path(__file__).resolve().parent / "catalog" / "builtin"
 REPO_CATALOG_DIR = BUILTIN_CATALOG_DIR  # the older name, kept for callers
 
 

@@ -18,9 +18,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from controller.catalog import load_catalog  # noqa: E402
+from controller.catalog.templates import load_catalog  # noqa: E402
 from controller.cli.dry_run import render_run  # noqa: E402
-from controller.planner import PlanRequest  # noqa: E402
+from controller.planning.plan import PlanRequest  # noqa: E402
 from controller.service import catalog_dirs  # noqa: E402
 from controller.settings import Settings  # noqa: E402
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from controller.aggregator import SnapshotRows, load_snapshot, read_snapshot
 from controller.db.schema import result_runs, result_steps
 from controller.errors import SnapshotRejected
+from controller.intake.aggregator import SnapshotRows, load_snapshot, read_snapshot
 from sandbox_image.contract import SNAPSHOT_SCHEMA_SQL, SNAPSHOT_TABLES
 
 LIMIT = 10 * 1024 * 1024

@@ -16,10 +16,10 @@ from sqlalchemy import func, select, update
 
 from controller.cli.embedded import EmbeddedServer
 from controller.db.schema import events, sandboxes
-from controller.planner import PlanRequest
+from controller.intake.tokens import hash_token
+from controller.planning.plan import PlanRequest
 from controller.runs import create_run
 from controller.settings import Settings
-from controller.tokens import hash_token
 from sandbox_image.contract import EVENTS_PATH, EventType
 from sandbox_image.outbox import Backoff, Deadline, EventSender, Outbox
 from sandbox_image.snapshot import SnapshotStore

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.catalog import Catalog, load_catalog
+from controller.catalog.templates import Catalog, load_catalog
 from controller.errors import CatalogError, UnknownNameError
 from controller.service import catalog_dirs
 from controller.settings import REPO_CATALOG_DIR, Settings

@@ -18,15 +18,15 @@ import pytest
 from sqlalchemy import select, update
 from typer.testing import CliRunner
 
-from controller.alerts import confirm_run
-from controller.catalog import load_catalog
+from controller.catalog.templates import load_catalog
 from controller.cli.embedded import EmbeddedServer
 from controller.cli.main import app
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import events, runs, sandboxes
 from controller.errors import ConflictError
-from controller.planner import PlanRequest
-from controller.reconciler import Reconciler
+from controller.planning.plan import PlanRequest
+from controller.reconcile.alerts import confirm_run
+from controller.reconcile.reconciler import Reconciler
 from controller.runs import create_run
 from controller.settings import Settings
 from controller.store.local import LocalStore

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from controller import exit_path
-from controller.exit_path import ExitPath
-from controller.finisher import Outcome
+from controller.attempts import exit_path
+from controller.attempts.exit_path import ExitPath
+from controller.attempts.finisher import Outcome
 from controller.states import SandboxStatus
 
 

@@ -16,18 +16,18 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
+from controller.attempts.finisher import Outcome, finish_attempt
+from controller.attempts.launcher import Launcher
 from controller.db.engine import upgrade
 from controller.db.schema import attempts, events, runs, sandboxes
-from controller.finisher import Outcome, finish_attempt
-from controller.ingest import EventRequest, IncomingEvent, write_group
-from controller.launcher import Launcher
-from controller.planner import PlanRequest
+from controller.intake.ingest import EventRequest, IncomingEvent, write_group
+from controller.intake.tokens import hash_token
+from controller.planning.plan import PlanRequest
 from controller.retry import backoff_ceiling_s, backoff_s
 from controller.runs import create_run
 from controller.service import Controller
 from controller.settings import Settings
 from controller.states import SandboxStatus
-from controller.tokens import hash_token
 from sandbox_image.contract import EventType
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)

@@ -22,11 +22,11 @@ from controller.cli.embedded import EmbeddedServer
 from controller.cli.main import app
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import attempts, ledger, result_runs, runs
-from controller.ledger import GENESIS, append_entry, attempt_record, entry_hash
+from controller.results.ledger import GENESIS, append_entry, attempt_record, entry_hash
+from controller.results.verify import verify_run
 from controller.settings import Settings
 from controller.store.base import snapshot_key
 from controller.store.local import LocalStore
-from controller.verify import verify_run
 from tests.e2e_helpers import report, start_run, wait_run
 
 CATALOG = """

@@ -1,6 +1,6 @@
-"""What a reconcile pass reads (controller/pass_reads.py): a pass that only launches counts
-the running sandboxes instead of reading them, and must still alert, stop on a budget and
-keep the expensive limit as a full pass does."""
+"""What a reconcile pass reads (controller/reconcile/pass_reads.py): a pass that only
+launches counts the running sandboxes instead of reading them, and must still alert, stop
+on a budget and keep the expensive limit as a full pass does."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from controller.catalog import load_catalog
+from controller.catalog.templates import load_catalog
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import runs, sandboxes
-from controller.pass_reads import running_by_run, running_counts, running_rows
-from controller.planner import PlanRequest
-from controller.reconciler import Reconciler
+from controller.planning.plan import PlanRequest
+from controller.reconcile.pass_reads import running_by_run, running_counts, running_rows
+from controller.reconcile.reconciler import Reconciler
 from controller.runs import create_run
 from controller.settings import Settings
 from controller.store.local import LocalStore

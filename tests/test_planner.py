@@ -10,9 +10,9 @@ import random
 
 import pytest
 
-from controller.catalog import Catalog, Template, load_catalog
+from controller.catalog.templates import Catalog, Template, load_catalog
 from controller.errors import InputError, UnknownNameError
-from controller.planner import EXPENSIVE_USD, MAX_WORKERS, Plan, PlanRequest, Priority, plan
+from controller.planning.plan import EXPENSIVE_USD, MAX_WORKERS, Plan, PlanRequest, Priority, plan
 from controller.settings import REPO_CATALOG_DIR
 
 

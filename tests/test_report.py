@@ -17,13 +17,13 @@ from xml.etree import ElementTree as ET
 import pytest
 from sqlalchemy import Engine, update
 
-from controller.aggregator import load_snapshot, read_snapshot
-from controller.catalog import Catalog, load_catalog
+from controller.catalog.templates import Catalog, load_catalog
 from controller.db.schema import sandboxes
 from controller.errors import NotFoundError
-from controller.planner import PlanRequest
-from controller.report import MECHANISMS_TOTAL, build_report, fetch_report, report_json
-from controller.report_formats import report_junit, report_markdown
+from controller.intake.aggregator import load_snapshot, read_snapshot
+from controller.planning.plan import PlanRequest
+from controller.results.report import MECHANISMS_TOTAL, build_report, fetch_report, report_json
+from controller.results.report_formats import report_junit, report_markdown
 from controller.runs import create_run, sandbox_id_for
 from controller.settings import REPO_CATALOG_DIR
 from sandbox_image.contract import SNAPSHOT_SCHEMA_SQL, SNAPSHOT_TABLES

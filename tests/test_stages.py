@@ -8,12 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from controller.catalog import load_catalog
+from controller.catalog.stages import Policy, PolicyKind, Stage, parse_policy, settle
+from controller.catalog.templates import load_catalog
 from controller.errors import CatalogError, InputError
-from controller.estimates import ObservedRange, learned_catalog, percentile, prediction_range
-from controller.planner import PlanRequest, Priority, plan
+from controller.planning.plan import PlanRequest, Priority, plan
+from controller.results.estimates import (
+    ObservedRange,
+    learned_catalog,
+    percentile,
+    prediction_range,
+)
 from controller.settings import REPO_CATALOG_DIR
-from controller.stages import Policy, PolicyKind, Stage, parse_policy, settle
 from tests.test_planner import make_catalog, make_template
 
 EXAMPLES = REPO_CATALOG_DIR / "examples"

@@ -1,4 +1,4 @@
-"""The exit path's stamps are group-committed (controller.stamps): stamps queued while
+"""The exit path's stamps are group-committed (controller.attempts.stamps): stamps queued while
 one transaction runs are written together in the next, each caller returning once its
 own is committed."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from controller import stamps
+from controller.attempts import stamps
 from controller.db.schema import attempts, runs, sandboxes
 
 RUN = "run-stamps"

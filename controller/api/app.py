@@ -21,11 +21,11 @@ from controller.api.routes import (
     stream,
     templates,
 )
+from controller.api.web import access, chat_panel, pages
+from controller.api.web.security import CsrfGuard
 from controller.logs import RequestContextMiddleware
 from controller.principal.assistant import create_principal
 from controller.service import Controller
-from controller.web import access, chat_panel, pages
-from controller.web.security import CsrfGuard
 
 
 def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI:

@@ -29,10 +29,10 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from controller.api.deps import _listed
+from controller.api.web.security import SESSION_COOKIE, session_valid
 from controller.db.schema import sandboxes
-from controller.ingest import DATABASE_RETRY_AFTER_S
+from controller.intake.ingest import DATABASE_RETRY_AFTER_S
 from controller.settings import Settings
-from controller.web.security import SESSION_COOKIE, session_valid
 
 EVENTS_PATH = re.compile(r"^/v1/sandboxes/([a-z0-9-]{1,63})/events/?$")
 SNAPSHOT_PATH = re.compile(r"^/v1/sandboxes/[^/]+/snapshot/?$")

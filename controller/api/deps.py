@@ -9,9 +9,9 @@ from typing import Annotated
 from fastapi import Cookie, Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from controller.api.web.security import SESSION_COOKIE, session_valid
 from controller.errors import UnauthorizedError
 from controller.service import Controller
-from controller.web.security import SESSION_COOKIE, session_valid
 
 
 def get_controller(request: Request) -> Controller:
@@ -31,7 +31,7 @@ api_token_scheme = HTTPBearer(
 BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(api_token_scheme)]
 
 
-# The dashboard's session cookie (controller/web): accepted like a token; CsrfGuard checks
+# The dashboard's session cookie (controller/api/web): accepted like a token; CsrfGuard checks
 # the state changes made with it.
 SessionCookie = Annotated[str | None, Cookie(alias=SESSION_COOKIE, include_in_schema=False)]
 

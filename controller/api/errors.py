@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from controller.api.body_guard import BodyTooLarge
 from controller.errors import InputError, SimpleError, UnauthorizedError
-from controller.ingest import DATABASE_RETRY_AFTER_S
+from controller.intake.ingest import DATABASE_RETRY_AFTER_S
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,14 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonDict
 
-from controller.batches import MAX_BATCH_SIZE, MAX_ITEM_DATA_BYTES, MAX_RUN_ITEMS, check_items
-from controller.planner import PlanRequest, Priority
-from controller.stages import Stage, parse_policy
+from controller.catalog.batches import (
+    MAX_BATCH_SIZE,
+    MAX_ITEM_DATA_BYTES,
+    MAX_RUN_ITEMS,
+    check_items,
+)
+from controller.catalog.stages import Stage, parse_policy
+from controller.planning.plan import PlanRequest, Priority
 from sandbox_image.contract import EventType
 
 

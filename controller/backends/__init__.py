@@ -15,17 +15,17 @@ if TYPE_CHECKING:
 def create_backend(settings: Settings, notify: Notify | None = None) -> Backend:
     """The backend `settings.backend` names; heavy clients are imported only here."""
     if settings.backend == "process":
-        from controller.backends.process import ProcessBackend
+        from controller.backends.process.backend import ProcessBackend
 
         return ProcessBackend(settings, notify)
     if settings.backend == "docker":
         require_extra("docker", "the docker backend")
-        from controller.backends.docker import DockerBackend
+        from controller.backends.docker.backend import DockerBackend
 
         return DockerBackend(settings, notify)
     if settings.backend == "kubernetes":
         require_extra("kubernetes", "the kubernetes backend")
-        from controller.backends.kubernetes import KubernetesBackend
+        from controller.backends.kubernetes.backend import KubernetesBackend
 
         return KubernetesBackend(settings, notify)
     raise ConfigError(

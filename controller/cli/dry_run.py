@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from controller.attempts.launcher import build_sandbox_spec
 from controller.backends import create_backend
-from controller.catalog import Catalog
-from controller.launcher import build_sandbox_spec
-from controller.planner import PlanRequest, plan
+from controller.catalog.templates import Catalog
+from controller.planning.plan import PlanRequest, plan
 from controller.runs import new_run_id, sandbox_rows
 from controller.settings import Settings
 

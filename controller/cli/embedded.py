@@ -9,7 +9,7 @@ httpx leave it off. With `start_controller=False` (plan, templates, status …) 
 migrates the database but starts no reconciler.
 
 With the docker backend and no network chosen it also listens on the `simple` Docker
-network's gateway (see `controller.backends.docker_network`), where only the sandbox
+network's gateway (see `controller.backends.docker.network`), where only the sandbox
 routes answer, and gives sandboxes that address.
 """
 
@@ -71,7 +71,7 @@ class SandboxListener:
 def docker_listener(settings: Settings, port: int, bind: bool) -> SandboxListener | None:
     """For the docker backend with no network chosen: the `simple` network and a listener
     on its gateway (port 0 = a free one); None when the user chose the way themselves."""
-    from controller.backends.docker_network import connect, ensure_network, wants_default_network
+    from controller.backends.docker.network import connect, ensure_network, wants_default_network
 
     if not wants_default_network(settings):
         return None
@@ -83,7 +83,7 @@ def docker_listener(settings: Settings, port: int, bind: bool) -> SandboxListene
 
 def listener_settings(settings: Settings, listener: SandboxListener | None) -> dict[str, object]:
     """The settings a sandbox listener implies: its URL for sandboxes, the `simple` network."""
-    from controller.backends.docker_network import DEFAULT_NETWORK
+    from controller.backends.docker.network import DEFAULT_NETWORK
 
     if listener is None:
         return {}

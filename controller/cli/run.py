@@ -28,7 +28,7 @@ from controller.cli.common import (
     run_body,
     setup_logging,
 )
-from controller.planner import Priority
+from controller.planning.plan import Priority
 
 ItemsFile = Annotated[
     Path | None,
@@ -41,7 +41,7 @@ BatchSize = Annotated[
 
 def items_body(items: Path | None, batch_size: int | None) -> dict[str, Any]:
     """The request's `items` and `batch_size`, read and checked here (exit 2 if bad)."""
-    from controller.batches import read_items_file
+    from controller.catalog.batches import read_items_file
 
     body: dict[str, Any] = {}
     if items is not None:
@@ -135,7 +135,7 @@ def _dry_run(
     body: dict[str, Any], catalog: list[Path] | None, backend: str | None, output: str
 ) -> None:
     from controller.api.requests import RunCreate
-    from controller.catalog import load_catalog
+    from controller.catalog.templates import load_catalog
     from controller.cli.dry_run import render_run
     from controller.service import catalog_dirs
 
@@ -182,8 +182,8 @@ def _check_images(embedded: EmbeddedServer, body: dict[str, Any]) -> None:
     if embedded.settings.backend != "docker":
         return
     from controller.api.requests import RunCreate
-    from controller.backends.docker_network import connect, require_images
-    from controller.planner import plan
+    from controller.backends.docker.network import connect, require_images
+    from controller.planning.plan import plan
 
     catalog = embedded.controller.catalog
     the_plan = plan(catalog, RunCreate.model_validate(body).plan_request())

@@ -16,7 +16,7 @@ from controller.extras import require_extra
 
 logger = logging.getLogger(__name__)
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 CONNECT_TIMEOUT_S = 5
 
 

@@ -1,6 +1,6 @@
 """Tables of the controller's database, in SQLAlchemy Core.
 
-Alembic migrations (`controller/migrations`) create these; the app never calls
+Alembic migrations (`controller/db/migrations`) create these; the app never calls
 `create_all`. Times are timezone-aware UTC.
 """
 

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from controller.errors import InputError, SimpleError
-from controller.planner import PlanRequest, Priority
+from controller.language.grammar import read_request
+from controller.planning.plan import PlanRequest, Priority
 from controller.principal import questions
 from controller.principal.conversation import _NO, _PICK, _YES, Conversation, Principal
-from controller.principal.grammar import read_request
 from controller.principal.llm import Completion, LLMClient, LLMError, ToolCall
 
 if TYPE_CHECKING:

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from controller.errors import NotFoundError, SimpleError
-from controller.planner import Plan, PlanRequest, Priority, plan
+from controller.language.choices import Choice
+from controller.language.grammar import read_request
+from controller.planning.plan import Plan, PlanRequest, Priority, plan
 from controller.principal import questions
-from controller.principal.choices import Choice
-from controller.principal.grammar import read_request
 from controller.principal.notices import run_notices
 from controller.runs import cancel_run, create_run, get_run
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
-from controller.catalog import Catalog
+from controller.catalog.templates import Catalog
 from controller.db.schema import events, sandboxes
 
 SLOW_FACTOR = 1.5

@@ -15,9 +15,9 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from controller.catalog import Catalog
+from controller.catalog.templates import Catalog
 from controller.db.schema import runs, sandboxes
-from controller.principal.grammar import read_request
+from controller.language.grammar import read_request
 from controller.runs import get_run, list_runs
 from controller.states import ACTIVE_RUN, FAILED_SANDBOX
 

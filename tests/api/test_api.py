@@ -18,7 +18,7 @@ from xml.etree import ElementTree as ET
 import httpx
 import pytest
 
-from controller.catalog import Catalog, load_catalog
+from controller.catalog.templates import Catalog, load_catalog
 from controller.cli.embedded import EmbeddedServer
 from controller.settings import Settings
 

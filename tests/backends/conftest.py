@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from controller.backends.base import Resources, SandboxSpec
-from controller.backends.process import ProcessBackend
+from controller.backends.process.backend import ProcessBackend
 from controller.settings import Settings
 from sandbox_image.contract import (
     LABEL_MANAGED_BY,

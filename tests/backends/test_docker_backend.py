@@ -20,8 +20,8 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound
 
 from controller.backends.base import Observed, ObservedState, SandboxSpec
-from controller.backends.docker import DockerBackend, epoch_seconds, is_transient
-from controller.backends.docker_spec import build_container_spec
+from controller.backends.docker.backend import DockerBackend, epoch_seconds, is_transient
+from controller.backends.docker.spec import build_container_spec
 from controller.errors import BackendError, NotFoundError, UnavailableError
 from controller.settings import Settings
 from tests.docker_support import PROBE

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from controller.backends.base import SandboxSpec
-from controller.backends.docker_spec import (
+from controller.backends.docker.spec import (
     TMPFS_MOUNTS,
     build_container_spec,
     parse_cpu,

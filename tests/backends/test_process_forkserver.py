@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.backends import process_forkserver
 from controller.backends.base import Observed, ObservedState
-from controller.backends.process import ProcessBackend, _alive, sandbox_group
-from controller.backends.process_forkserver import ExitWatch, ForkServer
+from controller.backends.process import forkserver as process_forkserver
+from controller.backends.process.backend import ProcessBackend, _alive, sandbox_group
+from controller.backends.process.forkserver import ExitWatch, ForkServer
 from controller.errors import BackendError
 from tests.backends.conftest import MakeSpec
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.backends.process import ProcessBackend
+from controller.backends.process.backend import ProcessBackend
 from controller.errors import NotFoundError
 from controller.settings import Settings
 from tests.backends.conftest import MakeSpec

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.backends import process_user
 from controller.backends.base import Observed, ObservedState
-from controller.backends.process import ProcessBackend
-from controller.backends.process_user import SandboxUser, SandboxUsers, UserPolicy, blocked
+from controller.backends.process import user as process_user
+from controller.backends.process.backend import ProcessBackend
+from controller.backends.process.user import SandboxUser, SandboxUsers, UserPolicy, blocked
 from controller.errors import BackendError, ConfigError, NotFoundError
 from tests.backends.conftest import MakeSpec
 from tests.sandbox_python import require_root

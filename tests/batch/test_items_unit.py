@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.aggregator import read_snapshot
-from controller.batches import MAX_ITEM_DATA_BYTES, check_items, split
+from controller.catalog.batches import MAX_ITEM_DATA_BYTES, check_items, split
 from controller.errors import InputError, SnapshotRejected
+from controller.intake.aggregator import read_snapshot
 from sandbox_image.batch import Item, ItemsError, evaluate, load_entrypoint, parse_items
 from sandbox_image.contract import SNAPSHOT_SCHEMA_SQL
 from sandbox_image.simulation import ConfigError

@@ -26,20 +26,20 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select, update
 
-from controller.aggregator import load_snapshot, read_snapshot
 from controller.api.app import create_app
-from controller.catalog import Catalog, load_catalog
+from controller.catalog.templates import Catalog, load_catalog
 from controller.cli.embedded import EmbeddedServer
 from controller.db.engine import check_ready, create_db_engine, head_revision, upgrade
 from controller.db.schema import events, result_runs, result_steps, sandboxes
 from controller.errors import SnapshotRejected, UnavailableError
-from controller.ingest import EventRequest, IncomingEvent, write_group
-from controller.planner import PlanRequest
-from controller.report import fetch_report
+from controller.intake.aggregator import load_snapshot, read_snapshot
+from controller.intake.ingest import EventRequest, IncomingEvent, write_group
+from controller.intake.tokens import hash_token
+from controller.planning.plan import PlanRequest
+from controller.results.report import fetch_report
 from controller.runs import create_run
 from controller.service import Controller
 from controller.settings import REPO_CATALOG_DIR, Settings
-from controller.tokens import hash_token
 from sandbox_image.contract import SNAPSHOT_SCHEMA_SQL, EventType
 from tests.e2e_helpers import start_run, wait_for, wait_run
 from tests.services import (  # noqa: F401 - fixtures

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from controller.backends.docker_network import DEFAULT_NETWORK
+from controller.backends.docker.network import DEFAULT_NETWORK
 from controller.cli.embedded import EmbeddedServer
 from controller.settings import Settings
 from tests.docker_e2e.conftest import SIMPLECTL, RunContainers, cli_env, free_port

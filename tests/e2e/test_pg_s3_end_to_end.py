@@ -23,10 +23,10 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import pytest
 
+from controller.attempts.launcher import UPLOAD_URL_SLACK_S
 from controller.backends.base import SandboxSpec
 from controller.cli.embedded import EmbeddedServer
 from controller.db.schema import result_runs
-from controller.launcher import UPLOAD_URL_SLACK_S
 from controller.settings import Settings
 from sandbox_image.contract import ENV_NAMES
 from tests.e2e_helpers import report, start_run, wait_for, wait_run

@@ -29,12 +29,12 @@ from hypothesis.stateful import (
 from sqlalchemy import select
 
 from controller.backends.base import Backend, Observed, ObservedState, SandboxSpec
-from controller.catalog import load_catalog
+from controller.catalog.templates import load_catalog
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import runs, sandboxes
-from controller.ingest import EventRequest, IncomingEvent, write_group
-from controller.planner import PlanRequest
-from controller.reconciler import Reconciler
+from controller.intake.ingest import EventRequest, IncomingEvent, write_group
+from controller.planning.plan import PlanRequest
+from controller.reconcile.reconciler import Reconciler
 from controller.runs import cancel_run, create_run
 from controller.settings import Settings
 from controller.store.local import LocalStore

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from controller.backends.base import SandboxSpec
-from controller.backends.kubernetes import KubernetesBackend
+from controller.backends.kubernetes.backend import KubernetesBackend
 from controller.settings import Settings
 from tests.k8s.conftest import MakeSpec, import_tool
 from tests.k8s.test_chart import NAMESPACE, controller, env_of, render

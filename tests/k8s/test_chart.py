@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.backends.kubernetes import REQUIRED_RBAC
-from controller.backends.kubernetes_job import build_job
+from controller.backends.kubernetes.backend import REQUIRED_RBAC
+from controller.backends.kubernetes.job import build_job
 from controller.settings import Settings
 from tests.k8s.conftest import REPO_ROOT, MakeSpec, import_tool
 

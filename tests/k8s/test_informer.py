@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controller.backends.kubernetes_informer import Informer
+from controller.backends.kubernetes.informer import Informer
 
 LABELS = {"app.kubernetes.io/managed-by": "simple", "simple.dev/controller": "c1"}
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from controller.backends.kubernetes import KubernetesBackend
-from controller.backends.kubernetes_job import build_job, build_secret
+from controller.backends.kubernetes.backend import KubernetesBackend
+from controller.backends.kubernetes.job import build_job, build_secret
 from controller.errors import InputError
 from controller.settings import Settings
 from sandbox_image.contract import (

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from controller.backends.base import ObservedState
-from controller.backends.kubernetes import (
+from controller.backends.kubernetes.backend import (
     MANAGED_SELECTOR,
     REQUIRED_RBAC,
     KubernetesApiError,
@@ -480,7 +480,7 @@ def test_construction_and_render_need_no_cluster_nor_the_client() -> None:
     script = (
         "import sys\n"
         "from controller.backends.base import SandboxSpec\n"
-        "from controller.backends.kubernetes import KubernetesBackend\n"
+        "from controller.backends.kubernetes.backend import KubernetesBackend\n"
         "from controller.settings import Settings\n"
         "from sandbox_image.contract import SandboxEnv\n"
         "env = SandboxEnv('sbx-1', 'run-1', 'board_meeting', 1, {}, 1, 'http://c', 't', 'u')\n"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from controller.backends.base import ObservedState
-from controller.backends.kubernetes import KubernetesBackend
+from controller.backends.kubernetes.backend import KubernetesBackend
 from controller.settings import Settings
 from tests.e2e_helpers import wait_for
 from tests.k8s.conftest import FakeCluster, MakeSpec, request_kinds

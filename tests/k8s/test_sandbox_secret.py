@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from controller.backends.base import ObservedState, SandboxSpec
-from controller.backends.kubernetes import KubernetesBackend
-from controller.backends.kubernetes_job import (
+from controller.backends.kubernetes.backend import KubernetesBackend
+from controller.backends.kubernetes.job import (
     SECRET_ENV_NAMES,
     build_job,
     build_secret,

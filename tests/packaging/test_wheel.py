@@ -33,11 +33,11 @@ def simplectl(
 
 def test_wheel_carries_catalog_and_migrations(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "controller/builtin_catalog/quick.yaml" in names
-    assert "controller/builtin_catalog/suites.yaml" in names
-    assert "controller/migrations/env.py" in names
-    assert "controller/migrations/script.py.mako" in names
-    assert any(n.startswith("controller/migrations/versions/0001_") for n in names)
+    assert "controller/catalog/builtin/quick.yaml" in names
+    assert "controller/catalog/builtin/suites.yaml" in names
+    assert "controller/db/migrations/env.py" in names
+    assert "controller/db/migrations/script.py.mako" in names
+    assert any(n.startswith("controller/db/migrations/versions/0001_") for n in names)
     assert not any(n.startswith(("catalog/", "tests/")) for n in names)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.catalog import Catalog, load_catalog
+from controller.catalog.templates import Catalog, load_catalog
 from controller.settings import REPO_CATALOG_DIR
 
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from controller.catalog import Catalog
-from controller.planner import PlanRequest, plan
-from controller.principal.grammar import read_request
+from controller.catalog.templates import Catalog
+from controller.language.grammar import read_request
+from controller.planning.plan import PlanRequest, plan
 
 # No database behaviour of its own (or its own SQLite file): once is enough in CI.
 pytestmark = pytest.mark.once

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.catalog import load_catalog
-from controller.principal.grammar import read_request
+from controller.catalog.templates import load_catalog
+from controller.language.grammar import read_request
 from controller.settings import REPO_CATALOG_DIR
 
 # No database behaviour of its own (or its own SQLite file): once is enough in CI.

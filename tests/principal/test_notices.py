@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, insert, update
 
-from controller.catalog import Catalog
+from controller.catalog.templates import Catalog
 from controller.db.schema import events, sandboxes
-from controller.planner import PlanRequest
+from controller.planning.plan import PlanRequest
 from controller.principal.notices import run_notices
 from controller.runs import create_run, get_run
 

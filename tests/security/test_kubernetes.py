@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from controller.backends.kubernetes import KubernetesBackend
-from controller.backends.kubernetes_job import SECRET_ENV_NAMES
+from controller.backends.kubernetes.backend import KubernetesBackend
+from controller.backends.kubernetes.job import SECRET_ENV_NAMES
 from controller.settings import Settings
 from tests.k8s.conftest import (  # noqa: F401 (the fixtures helm, k8s_settings, make_spec)
     NAMESPACE,

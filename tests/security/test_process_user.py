@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from controller.backends.process_user import DYNAMIC_UIDS
+from controller.backends.process.user import DYNAMIC_UIDS
 from controller.settings import Settings
 from tests.ci.conftest import CATALOG, Served, clean_env
 from tests.sandbox_python import require_root

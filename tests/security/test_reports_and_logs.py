@@ -12,7 +12,7 @@ import re
 import pytest
 from markdown_it import MarkdownIt
 
-from controller.report_formats import report_markdown
+from controller.results.report_formats import report_markdown
 from tests.ci.conftest import Served, ServeFactory
 
 HOSTILE = (

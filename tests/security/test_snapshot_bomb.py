@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.aggregator import read_snapshot
 from controller.errors import SnapshotRejected
+from controller.intake.aggregator import read_snapshot
 from sandbox_image.contract import SNAPSHOT_SCHEMA_SQL
 from tests.ci.conftest import Served
 from tests.e2e_helpers import wait_for
@@ -128,7 +128,7 @@ def test_the_cpu_budget_stops_a_costly_read(tmp_path: Path) -> None:
 MEMORY_PROBE = textwrap.dedent(
     """
     import sys
-    from controller.aggregator import read_snapshot
+    from controller.intake.aggregator import read_snapshot
     from controller.errors import SnapshotRejected
 
     def hwm_kib():
@@ -178,7 +178,7 @@ def test_sqlite_limits_stop_a_value_before_it_is_built(tmp_path: Path) -> None:
     """Whatever a schema evaluates, no value can grow past the reader's length limit."""
     import sqlite3
 
-    from controller.snapshot_guard import MAX_VALUE_BYTES, open_under_budget
+    from controller.intake.snapshot_guard import MAX_VALUE_BYTES, open_under_budget
 
     path = tmp_path / "plain.sqlite"
     write_snapshot(path)
@@ -196,8 +196,8 @@ def test_ending_an_attempt_never_runs_on_the_reconciler_pass(
     import threading
     from types import SimpleNamespace
 
-    from controller import exit_path as module
-    from controller.finisher import Outcome
+    from controller.attempts import exit_path as module
+    from controller.attempts.finisher import Outcome
     from controller.service import Controller
     from controller.states import SandboxStatus
 

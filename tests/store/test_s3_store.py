@@ -20,13 +20,13 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
-from controller.backends.process import ProcessBackend
-from controller.catalog import load_catalog
+from controller.attempts.finisher import Outcome, finish_attempt
+from controller.backends.process.backend import ProcessBackend
+from controller.catalog.templates import load_catalog
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import result_runs, sandboxes
 from controller.errors import ConfigError, PayloadTooLargeError, StoreError, UnavailableError
-from controller.finisher import Outcome, finish_attempt
-from controller.planner import PlanRequest
+from controller.planning.plan import PlanRequest
 from controller.runs import create_run
 from controller.settings import REPO_CATALOG_DIR, Settings
 from controller.states import SandboxStatus

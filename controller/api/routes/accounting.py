@@ -8,12 +8,12 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from controller.alerts import confirm_run
 from controller.api.deps import Authorized, ControllerDep
 from controller.api.responses import RunId, error_responses
-from controller.estimates import accuracy
-from controller.ledger import read_ledger
-from controller.verify import verify_run
+from controller.reconcile.alerts import confirm_run
+from controller.results.estimates import accuracy
+from controller.results.ledger import read_ledger
+from controller.results.verify import verify_run
 
 router = APIRouter(tags=["accounting"], responses=error_responses(422))
 

@@ -19,9 +19,9 @@ from controller.api.responses import (
     SandboxIdQuery,
     error_responses,
 )
-from controller.item_results import MAX_PAGE, all_items, list_items
-from controller.report import REPORT_PAGE_MAX, fetch_report
-from controller.report_formats import report_junit, report_markdown
+from controller.results.item_results import MAX_PAGE, all_items, list_items
+from controller.results.report import REPORT_PAGE_MAX, fetch_report
+from controller.results.report_formats import report_junit, report_markdown
 from controller.runs import (
     SANDBOX_PAGE_DEFAULT,
     SANDBOX_PAGE_MAX,

@@ -22,6 +22,7 @@ from controller.api.responses import (
     SnapshotStored,
     error_responses,
 )
+from controller.attempts.inputs import input_key
 from controller.errors import (
     ForbiddenError,
     NotFoundError,
@@ -30,20 +31,19 @@ from controller.errors import (
     SimpleError,
     UnauthorizedError,
 )
-from controller.event_quota import EventQuota
-from controller.event_writer import EventWriter
-from controller.ingest import (
+from controller.intake.event_quota import EventQuota
+from controller.intake.event_writer import EventWriter
+from controller.intake.ingest import (
     PERSISTENCE_FLAG,
     EventRequest,
     IncomingEvent,
     answer_without_storing,
     load_sandbox,
 )
-from controller.inputs import input_key
+from controller.intake.tokens import signature_matches
 from controller.runs import get_sandbox
 from controller.states import SandboxStatus
 from controller.store.base import snapshot_key, stage_input_key
-from controller.tokens import signature_matches
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=error_responses(404, 422))
 

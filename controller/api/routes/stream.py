@@ -28,7 +28,7 @@ from sqlalchemy import Engine, select
 
 from controller.api.deps import Authorized, ControllerDep
 from controller.api.responses import ID_PATTERN, StreamedEvent, StreamEnd, error_responses
-from controller.catalog import Catalog
+from controller.catalog.templates import Catalog
 from controller.db.schema import events
 from controller.principal.notices import run_notices
 from controller.runs import get_run

@@ -10,8 +10,8 @@ from controller.api.deps import Authorized, ControllerDep
 from controller.api.requests import RunCreate
 from controller.api.responses import PlanPublic, TemplateList, error_responses
 from controller.errors import UnknownNameError
-from controller.estimates import planning_catalog
-from controller.planner import plan
+from controller.planning.plan import plan
+from controller.results.estimates import planning_catalog
 
 router = APIRouter(
     prefix="/v1",

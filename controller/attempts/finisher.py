@@ -1,0 +1,339 @@
+"""Ending one attempt: retry or aggregate its snapshot, record it, then archive and clean up."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, bindparam, select, update
+from sqlalchemy.exc import SQLAlchemyError
+
+from controller import metrics
+from controller.attempts.stamps import END_ATTEMPT, stamp
+from controller.backends.base import Backend
+from controller.db.schema import runs, sandboxes
+from controller.errors import SimpleError, SnapshotRejected, StoreError
+from controller.intake.aggregator import load_snapshot, read_snapshot
+from controller.logs import log_context
+from controller.results.estimates import record_observation
+from controller.results.ledger import append_entry, attempt_record
+from controller.retry import backoff_s
+from controller.settings import Settings
+from controller.states import SandboxStatus
+from controller.store.base import ObjectStore, log_key, snapshot_key
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: SandboxStatus
+    exit_code: int | None
+    error: str | None
+    transient: bool = False
+    exited_at: datetime | None = None
+
+
+Cleanup = Callable[[Callable[[], None]], Any]
+"""Runs a piece of clean-up work, e.g. a bounded executor's `submit`."""
+
+
+# When fetching each attempt's snapshot first failed; a store down for longer than
+# SIMPLE_STORE_RETRY_S ends the attempt with the reason instead of retrying forever.
+_store_failing_since: dict[tuple[str, int], datetime] = {}
+
+
+def finish_attempt(
+    engine: Engine,
+    backend: Backend,
+    store: ObjectStore,
+    settings: Settings,
+    row: Any,
+    outcome: Outcome,
+    now: datetime,
+    rng: random.Random,
+    cleanup: Cleanup | None = None,
+) -> bool:
+    """Record how an attempt ended; schedule a retry when it may help. True once recorded.
+
+    A final end is recorded first; its logs are archived and the sandbox removed after,
+    through `cleanup` (a background queue; None: right here). A retry cleans up first,
+    because the next attempt reuses the sandbox's name.
+    """
+    with log_context(run_id=row.run_id, sandbox_id=row.id, attempt=row.attempt):
+        return _finish_attempt(engine, backend, store, settings, row, outcome, now, rng, cleanup)
+
+
+def _finish_attempt(
+    engine: Engine,
+    backend: Backend,
+    store: ObjectStore,
+    settings: Settings,
+    row: Any,
+    outcome: Outcome,
+    now: datetime,
+    rng: random.Random,
+    cleanup: Cleanup | None,
+) -> bool:
+    retry = _should_retry(engine, settings, row, outcome)
+    values: dict[str, Any] = {
+        "exit_code": outcome.exit_code,
+        "error": outcome.error,
+        "finished_at": now,
+        "log_key": row.log_key,
+    }
+    rows = None
+    digest: Digest = None
+    if retry:
+        digest = _snapshot_digest(store, settings, row)
+        values["log_key"] = archive_logs(backend, store, row) or row.log_key
+        _remove(backend, row.id)
+        delay = backoff_s(row.attempt, settings.retry_base_s, settings.retry_max_s, rng.random)
+        values.update(status=SandboxStatus.PENDING, next_attempt_at=now + timedelta(seconds=delay))
+        logger.info(
+            "sandbox %s attempt %d %s (%s); retry in %.1f s",
+            row.id,
+            row.attempt,
+            outcome.status.value,
+            outcome.error,
+            delay,
+        )
+    else:
+        values["status"] = outcome.status
+        fetched = _fetch_or_wait(store, settings, row, now)
+        if fetched is None:
+            return False
+        rows, problem, digest = fetched
+        if problem:
+            values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
+    if not _record_or_refuse(engine, row, Ended(outcome, values, digest, not retry), rows, now):
+        return False
+    recorded = datetime.now(UTC)  # after the commit: what "exit -> recorded" means
+    _count_end(backend, outcome, retry)
+    if retry:
+        stamp(engine, row.id, row.attempt, None, recorded)
+    else:
+        logger.info(
+            "sandbox %s ended %s after %d attempt(s)%s",
+            row.id,
+            outcome.status.value,
+            row.attempt,
+            f": {values['error']}" if values["error"] else "",
+        )
+        (cleanup or _now)(lambda: archive_and_remove(engine, backend, store, row, recorded))
+    return True
+
+
+def _count_end(backend: Backend, outcome: Outcome, retry: bool) -> None:
+    if retry:
+        metrics.SANDBOX_RETRIES.labels(outcome.status.value).inc()
+    else:
+        metrics.SANDBOX_ENDS.labels(outcome.status.value, backend.name).inc()
+    if outcome.exited_at is not None:
+        elapsed = (datetime.now(UTC) - outcome.exited_at).total_seconds()
+        metrics.EXIT_TO_RECORDED.observe(max(elapsed, 0.0))
+
+
+def _now(work: Callable[[], None]) -> None:
+    work()
+
+
+def _fetch_or_wait(
+    store: ObjectStore, settings: Settings, row: Any, now: datetime
+) -> tuple[Any, str | None, Digest] | None:
+    """The snapshot's rows and why not; None while the store is down (the next pass retries)."""
+    try:
+        with metrics.AGGREGATION.time():
+            fetched = _fetch_snapshot(store, settings, row)
+    except StoreError as e:
+        since = _store_failing_since.setdefault((row.id, row.attempt), now)
+        if now - since < timedelta(seconds=settings.store_retry_s):
+            logger.warning("cannot fetch the snapshot of %s yet (will retry): %s", row.id, e)
+            return None
+        fetched = (
+            None,
+            f"snapshot not aggregated: the store failed for "
+            f"{settings.store_retry_s:.0f} s ({e.message})",
+            None,
+        )
+    _store_failing_since.pop((row.id, row.attempt), None)
+    return fetched
+
+
+def _record_or_refuse(engine: Engine, row: Any, ended: Ended, rows: Any, now: datetime) -> bool:
+    """Record with the snapshot's rows; if the database refuses them, without."""
+    outcome, values = ended.outcome, ended.values
+    try:
+        return _record(engine, row, ended, rows, now)
+    except SQLAlchemyError as e:  # a snapshot the database refuses must not wedge the sandbox
+        if rows is None:
+            raise
+        logger.warning("snapshot of %s could not be loaded: %s", row.id, e)
+        problem = f"snapshot rejected: the database refused its rows ({type(e).__name__})"
+        values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
+        return _record(engine, row, ended, None, now)
+
+
+def archive_and_remove(
+    engine: Engine,
+    backend: Backend,
+    store: ObjectStore,
+    row: Any,
+    recorded_at: datetime | None = None,
+) -> None:
+    """After the end is recorded: archive the output, point the row at it, remove the sandbox.
+    `recorded_at` (taken after the end's commit) is written here too: one transaction less."""
+    stamp(engine, row.id, row.attempt, archive_logs(backend, store, row), recorded_at)
+    _remove(backend, row.id)
+
+
+Digest = tuple[str, int] | None  # the snapshot object's SHA-256 and size, as fetched
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How an attempt ended, as it is written: outcome, sandbox values, snapshot digest."""
+
+    outcome: Outcome
+    values: dict[str, Any]
+    digest: Digest
+    final: bool  # no retry follows
+
+
+# Built once, bound per end (`values` name the columns to set).
+_END_RUNNING = update(sandboxes).where(
+    sandboxes.c.id == bindparam("b_id"),
+    sandboxes.c.attempt == bindparam("b_attempt"),
+    sandboxes.c.status == SandboxStatus.RUNNING,
+)
+
+
+def _record(engine: Engine, row: Any, ended: Ended, rows: Any, now: datetime) -> bool:
+    """Write the attempt's end, its snapshot rows, its ledger entry and (when it is the
+    sandbox's last) its observation, in one transaction; False if stale."""
+    outcome, values = ended.outcome, ended.values
+    cost, tokens = _attempt_cost(row, rows)
+    with engine.begin() as conn:
+        key = {"b_id": row.id, "b_attempt": row.attempt}
+        done = conn.execute(_END_RUNNING, {**values, "aggregated": rows is not None, **key})
+        if not done.rowcount:
+            return False
+        conn.execute(
+            END_ATTEMPT,
+            dict(
+                key,
+                status=outcome.status,
+                exit_code=outcome.exit_code,
+                error=outcome.error,
+                finished_at=now,
+                cost_usd=cost,
+                tokens=tokens,
+                snapshot_sha256=ended.digest[0] if ended.digest else None,
+                snapshot_bytes=ended.digest[1] if ended.digest else None,
+                exited_at=outcome.exited_at,
+            )
+        )
+        if rows is not None:
+            load_snapshot(conn, row.run_id, row.id, rows)
+        _chain(conn, row, ended, cost, tokens, now)
+    return True
+
+
+def _chain(conn: Any, row: Any, ended: Ended, cost: float, tokens: int, now: datetime) -> None:
+    """The attempt's ledger entry, and for a sandbox's last attempt its observation."""
+    record = attempt_record(
+        sandbox_id=row.id,
+        template_id=row.template_id,
+        attempt=row.attempt,
+        status=ended.outcome.status,
+        exit_code=ended.outcome.exit_code,
+        cost_usd=cost,
+        tokens=tokens,
+        snapshot_sha256=ended.digest[0] if ended.digest else None,
+        snapshot_bytes=ended.digest[1] if ended.digest else None,
+    )
+    append_entry(conn, row.run_id, record, now)
+    if ended.final:
+        record_observation(conn, row, ended.outcome.status, cost, now)
+
+
+def _attempt_cost(row: Any, rows: Any) -> tuple[float, int]:
+    """The attempt's cost and tokens: its aggregated snapshot's, else its live events'."""
+    if rows is not None:
+        cost = sum(float(r["cost_usd"] or 0.0) for r in rows.runs)
+        tokens = sum(int(r["tokens_used"] or 0) for r in rows.runs)
+        return round(cost, 6), tokens
+    return round(float(row.cost_usd or 0.0), 6), int(getattr(row, "tokens", 0) or 0)
+
+
+def _should_retry(engine: Engine, settings: Settings, row: Any, outcome: Outcome) -> bool:
+    if row.attempt >= settings.max_attempts:
+        return False
+    if not (outcome.transient or outcome.status == SandboxStatus.LOST):
+        return False
+    with engine.connect() as conn:
+        cancelled = conn.execute(
+            select(runs.c.cancel_requested).where(runs.c.id == row.run_id)
+        ).scalar()
+    return not cancelled
+
+
+def _fetch_snapshot(
+    store: ObjectStore, settings: Settings, row: Any
+) -> tuple[Any, str | None, Digest]:
+    """The snapshot's rows (or why none), and the object's SHA-256 and size as fetched."""
+    key = snapshot_key(row.run_id, row.id, row.attempt)
+    try:
+        data = store.get(key, max_bytes=settings.snapshot_max_bytes)
+    except SimpleError as e:
+        if isinstance(e, StoreError) and e.transient:
+            raise
+        return None, f"snapshot rejected: {e.message}", None
+    if data is None:
+        return None, "no snapshot was uploaded, so it adds nothing to the totals", None
+    digest = (hashlib.sha256(data).hexdigest(), len(data))
+    try:
+        return read_snapshot(data, settings.snapshot_max_bytes), None, digest
+    except SnapshotRejected as e:
+        logger.warning("snapshot of %s rejected: %s", row.id, e.message)
+        return None, f"snapshot rejected: {e.message}", digest
+
+
+def _snapshot_digest(store: ObjectStore, settings: Settings, row: Any) -> Digest:
+    """The digest of an attempt's snapshot that is not aggregated (a retry follows)."""
+    try:
+        data = store.get(
+            snapshot_key(row.run_id, row.id, row.attempt), max_bytes=settings.snapshot_max_bytes
+        )
+    except SimpleError as e:
+        logger.warning("snapshot of %s attempt %d not hashed: %s", row.id, row.attempt, e)
+        return None
+    return None if data is None else (hashlib.sha256(data).hexdigest(), len(data))
+
+
+def archive_logs(backend: Backend, store: ObjectStore, row: Any) -> str | None:
+    """Copy the attempt's output to the store; its key, or None when there is none."""
+    try:
+        data = backend.read_logs(row.id)
+    except SimpleError:
+        return None
+    key = log_key(row.run_id, row.id, row.attempt)
+    try:
+        store.put(key, data)
+    except SimpleError as e:
+        logger.warning("could not archive the logs of %s: %s", row.id, e)
+        return None
+    return key
+
+
+def _remove(backend: Backend, sandbox_id: str) -> None:
+    try:
+        backend.remove(sandbox_id)
+    except SimpleError as e:
+        metrics.backend_error(backend, "remove")
+        logger.warning("could not remove sandbox %s (the next pass retries): %s", sandbox_id, e)

@@ -1,0 +1,2 @@
+"""The Docker backend: one container per sandbox (`backend`), its spec (`spec`), its network
+(`network`)."""

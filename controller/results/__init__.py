@@ -1,0 +1,6 @@
+"""Results: what a run produced, read back from the database.
+
+- `report`, `report_formats`, `item_results`: the report (JSON, JUnit, Markdown), item rows;
+- `ledger`, `verify`: the hash-chained record of every ended attempt, and its check;
+- `estimates`: observed costs and runtimes against the catalog's estimates.
+"""
