@@ -20,14 +20,9 @@ from controller.catalog.templates import Catalog, Template
 from controller.db.plans import run_with_plan, select_runs, with_plans
 from controller.db.schema import runs, sandboxes
 from controller.errors import ConflictError, InputError, NotFoundError
-from controller.planning.plan import (
-    EXPENSIVE_USD,
-    Plan,
-    PlanRequest,
-    item_batches,
-    plan,
-    with_items,
-)
+from controller.planning.model import Plan, PlanRequest
+from controller.planning.plan import plan
+from controller.planning.sizing import EXPENSIVE_USD, item_batches, with_items
 from controller.results.estimates import planning_catalog
 from controller.results.report import attempt_rows
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus

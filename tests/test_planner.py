@@ -12,7 +12,9 @@ import pytest
 
 from controller.catalog.templates import Catalog, Template, load_catalog
 from controller.errors import InputError, UnknownNameError
-from controller.planning.plan import EXPENSIVE_USD, MAX_WORKERS, Plan, PlanRequest, Priority, plan
+from controller.planning.model import Plan, PlanRequest, Priority
+from controller.planning.plan import plan
+from controller.planning.sizing import EXPENSIVE_USD, MAX_WORKERS
 from controller.settings import REPO_CATALOG_DIR
 
 

@@ -24,7 +24,7 @@ from controller.catalog.batches import (
     check_items,
 )
 from controller.catalog.stages import Stage, parse_policy
-from controller.planning.plan import PlanRequest, Priority
+from controller.planning.model import PlanRequest, Priority
 from sandbox_image.contract import EventType
 
 

@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from controller.cli.client import ApiClient, ApiError
 from controller.errors import ConfigError, SimpleError
-from controller.planning.plan import Priority
+from controller.planning.model import Priority
 from controller.settings import Settings, load_settings
 
 err = Console(stderr=True, markup=False)

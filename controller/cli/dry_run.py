@@ -8,7 +8,8 @@ from typing import Any
 from controller.attempts.launcher import build_sandbox_spec
 from controller.backends import create_backend
 from controller.catalog.templates import Catalog
-from controller.planning.plan import PlanRequest, plan
+from controller.planning.model import PlanRequest
+from controller.planning.plan import plan
 from controller.runs import new_run_id, sandbox_rows
 from controller.settings import Settings
 

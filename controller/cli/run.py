@@ -28,7 +28,7 @@ from controller.cli.common import (
     run_body,
     setup_logging,
 )
-from controller.planning.plan import Priority
+from controller.planning.model import Priority
 
 ItemsFile = Annotated[
     Path | None,

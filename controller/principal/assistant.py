@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from controller.errors import InputError, SimpleError
 from controller.language.grammar import read_request
-from controller.planning.plan import PlanRequest, Priority
+from controller.planning.model import PlanRequest, Priority
 from controller.principal import questions
 from controller.principal.conversation import _NO, _PICK, _YES, Conversation, Principal
 from controller.principal.llm import Completion, LLMClient, LLMError, ToolCall
