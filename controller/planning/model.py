@@ -20,9 +20,13 @@ class Priority(StrEnum):
     BALANCED = "balanced"
 
 
+DEFAULT_PRIORITY = Priority.BALANCED
+
+
 @dataclass(frozen=True)
 class PlanRequest:
-    """What the user asked for."""
+    """What the user asked for. A field left at None was not asked for: a free-text
+    `query` may fill it, and the planner's default applies after that."""
 
     names: tuple[str, ...] = ()  # each a suite or a template id (a suite wins)
     suites: tuple[str, ...] = ()
@@ -30,13 +34,18 @@ class PlanRequest:
     categories: tuple[str, ...] = ()
     query: str | None = None
     budget_usd: float | None = None
-    priority: Priority = Priority.BALANCED
+    priority: Priority | None = None  # None: the query's, else DEFAULT_PRIORITY
     max_parallel: int | None = None
     items: tuple[WorkItem, ...] | None = None  # ad-hoc items for the one template named
     batch_size: int | None = None
     stages: tuple[Stage, ...] = ()  # a staged request; else a staged suite named alone
     exclude: tuple[str, ...] = ()  # template ids left out on request ("but not portal-test")
     max_runtime_s: float | None = None  # templates that may run longer are left out
+
+    @property
+    def chosen_priority(self) -> Priority:
+        """The priority to plan with: the one asked for, else the default (only here)."""
+        return DEFAULT_PRIORITY if self.priority is None else self.priority
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ def _plan_flat(catalog: Catalog, request: PlanRequest) -> Plan:
     wanted, asked_out = _without_exclusions(_select(catalog, request), request, catalog)
     _check_items_request(wanted, request)
     templates = [scaled(with_items(catalog, request, t)) for t in wanted]
-    ordered = order(templates, request.priority)
+    ordered = order(templates, request.chosen_priority)
     ordered, too_long = _fit_runtime(ordered, request.max_runtime_s)
     selected, over_budget = fit_budget(ordered, request.budget_usd)
     slots = parallelism(selected, request)

@@ -1,19 +1,31 @@
 """A free-text `query` read into the request's fields by the principal's grammar
 (`controller.language.grammar`). Pure.
 
-A query that is ambiguous or names nothing is refused with the choices, never guessed at.
+The text adds suites, templates and exclusions to those sent, and fills the budget,
+priority, parallelism and runtime limit the request left unset; a field sent explicitly
+wins over the text's (the interpretation notes it), and every field the text does not
+speak to (items, batch size, stages, names, categories) is kept as sent. A query that is
+ambiguous or names nothing is refused with the choices, never guessed at.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
 
 from controller.catalog.templates import Catalog
 from controller.errors import AmbiguousRequestError, InputError
 from controller.language.grammar import Reading, read_request
 from controller.planning.model import PlanRequest, Priority
 
+# The fields a query may fill; a request's own value wins. Name in the notes for each.
+_FILLED = (("budget_usd", "budget"), ("priority", "priority"),
+           ("max_parallel", "parallelism"), ("max_runtime_s", "runtime limit"))
+
 
 def apply_query(catalog: Catalog, request: PlanRequest) -> tuple[PlanRequest, Reading | None]:
-    """Read a free-text request into fields; explicit fields win over the text's."""
+    """The request with its query read into its fields (and the query gone), and the
+    reading; the request unchanged and None when it has no query."""
     if not request.query:
         return request, None
     reading = read_request(catalog, request.query)
@@ -26,16 +38,44 @@ def apply_query(catalog: Catalog, request: PlanRequest) -> tuple[PlanRequest, Re
             hint="e.g. 'run quick under $10'; list them with `simplectl templates`",
             field="query",
         )
-    return PlanRequest(
-        names=request.names,
-        suites=tuple(dict.fromkeys([*request.suites, *reading.suites])),
-        templates=tuple(dict.fromkeys([*request.templates, *reading.templates])),
-        categories=request.categories,
+    read = _read_fields(reading)
+    sent = {name: getattr(request, name) for name, _ in _FILLED}
+    filled = {name: read[name] if sent[name] is None else sent[name] for name, _ in _FILLED}
+    applied = replace(
+        request,
         query=None,
-        budget_usd=request.budget_usd if request.budget_usd is not None else reading.budget_usd,
-        priority=Priority(reading.priority) if reading.priority else request.priority,
-        max_parallel=request.max_parallel or reading.max_parallel,
-        exclude=tuple(dict.fromkeys([*request.exclude, *reading.exclude])),
-        max_runtime_s=request.max_runtime_s or reading.max_runtime_s,
-        stages=request.stages,
-    ), reading
+        suites=_merged(request.suites, reading.suites),
+        templates=_merged(request.templates, reading.templates),
+        exclude=_merged(request.exclude, reading.exclude),
+        **filled,
+    )
+    return applied, _noting_overrides(reading, sent, read)
+
+
+def _read_fields(reading: Reading) -> dict[str, Any]:
+    return {
+        "budget_usd": reading.budget_usd,
+        "priority": Priority(reading.priority) if reading.priority else None,
+        "max_parallel": reading.max_parallel,
+        "max_runtime_s": reading.max_runtime_s,
+    }
+
+
+def _merged(sent: tuple[str, ...], read: tuple[str, ...]) -> tuple[str, ...]:
+    """Both, each once, the sent ones first."""
+    return tuple(dict.fromkeys([*sent, *read]))
+
+
+def _noting_overrides(reading: Reading, sent: dict[str, Any], read: dict[str, Any]) -> Reading:
+    """The reading with a note for each field whose explicit value won over the text's."""
+    notes = [
+        f"the request's {word} ({_shown(sent[name])}) wins over the text's "
+        f"({_shown(read[name])})"
+        for name, word in _FILLED
+        if sent[name] is not None and read[name] is not None and sent[name] != read[name]
+    ]
+    return replace(reading, notes=(*reading.notes, *notes)) if notes else reading
+
+
+def _shown(value: Any) -> str:
+    return value.value if isinstance(value, Priority) else f"{value:g}"

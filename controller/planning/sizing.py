@@ -151,7 +151,7 @@ def parallelism(selected: Sequence[Template], request: PlanRequest) -> tuple[int
     count = max(sum(sandbox_count(t) for t in selected), 1)
     if request.max_parallel is not None and request.max_parallel < 1:
         raise InputError("max_parallel must be at least 1", field="max_parallel")
-    priority = request.priority
+    priority = request.chosen_priority
     if priority is Priority.SPEED:
         chosen, expensive = min(count, MAX_WORKERS), None
     elif priority is Priority.COST:
@@ -186,7 +186,7 @@ def assemble_plan(
         estimated_runtime_s=runtime_s,
         max_parallel=slots[0],
         max_parallel_expensive=slots[1],
-        priority=request.priority,
+        priority=request.chosen_priority,
         budget_usd=request.budget_usd,
         expensive=tuple(t.id for t in selected if is_expensive(t)),
         batches=tuple(BatchPlan(t.id, check_batch_size(t.batch_size),

@@ -60,7 +60,7 @@ def plan_staged(catalog: Catalog, request: PlanRequest, stages: tuple[Stage, ...
     """Each stage ordered by the priority; the budget over all; runtime along the stages."""
     ordered = [
         order([scaled(with_items(catalog, request, t)) for t in stage.templates],
-              request.priority)
+              request.chosen_priority)
         for stage in stages
     ]
     selected, excluded = fit_budget([t for group in ordered for t in group], request.budget_usd)

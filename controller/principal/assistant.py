@@ -113,7 +113,7 @@ class AssistedPrincipal(Principal):
             )
         request = PlanRequest(
             suites=tuple(args.suites), templates=tuple(args.templates), query=args.query,
-            budget_usd=args.budget_usd, priority=args.priority or Priority.BALANCED,
+            budget_usd=args.budget_usd, priority=args.priority,
             max_parallel=args.max_parallel,
         )
         return self.propose(conversation, request, call.name == "start", confirm, text, limit)
