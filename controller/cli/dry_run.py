@@ -26,8 +26,7 @@ def render_run(
     run_id = new_run_id()
     controller_url = settings.resolved_controller_url
     objects = []
-    for row, _items in sandbox_rows(run_id, the_plan, catalog, request, settings.default_image,
-                                    seed):
+    for row, _items in sandbox_rows(run_id, the_plan, catalog, settings.default_image, seed):
         sandbox_id = row["id"]
         upload = f"{controller_url}/v1/sandboxes/{sandbox_id}/snapshot?attempt=1&signature=<...>"
         # A later stage reads the stage before it (made when that stage has settled).

@@ -1,6 +1,7 @@
 """Planning: a catalog and a request become a `Plan` (pure, no I/O).
 
-- `model`: the values — `Priority`, `PlanRequest`, `Plan`, `BatchPlan`, `Exclusion`;
+- `model`: the values — `Priority`, `PlanRequest`, `Plan` (and its `sandboxes()`),
+  `BatchPlan`, `PlannedSandbox`, `Exclusion`;
 - `sizing`: the rules both plans share (order, budget, parallelism, expensive, items and
   batches, runtime and cost ranges) and `assemble_plan`, the one place a `Plan` is built;
 - `query`: `apply_query`, a free-text query read into the request's fields;

@@ -56,16 +56,32 @@ class Exclusion:
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """How a batch template's items split into sandboxes."""
+    """How a batch template's items split into sandboxes: the items of each, launch order."""
 
     template_id: str
     batch_size: int
-    sizes: tuple[int, ...]  # items per sandbox, in launch order
+    batches: tuple[tuple[WorkItem, ...], ...]
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Items per sandbox, in launch order."""
+        return tuple(len(b) for b in self.batches)
 
     def to_dict(self) -> dict[str, Any]:
         return {"template_id": self.template_id, "items": sum(self.sizes),
                 "batch_size": self.batch_size, "sandboxes": len(self.sizes),
                 "items_per_sandbox": [min(self.sizes), max(self.sizes)]}
+
+
+@dataclass(frozen=True)
+class PlannedSandbox:
+    """One sandbox of the plan: a template, or one batch of a batch template's items."""
+
+    template_id: str
+    stage: int  # 0-based; 0 for a flat run
+    expensive: bool  # counts against `max_parallel_expensive`
+    batch: int | None = None  # 1-based number of the batch; None for a template without items
+    items: tuple[WorkItem, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,21 @@ class Plan:
     stages: tuple[dict[str, Any], ...] = ()  # staged runs: each stage with its estimates
     critical_path: tuple[str, ...] = ()  # the template that ends last, stage by stage
     estimates: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def sandboxes(self) -> tuple[PlannedSandbox, ...]:
+        """Every sandbox to launch, in launch order, as this plan decided it."""
+        batches = {b.template_id: b.batches for b in self.batches}
+        stage_of = {t: s["index"] for s in self.stages for t in s["templates"]}
+        expensive = set(self.expensive)
+        planned: list[PlannedSandbox] = []
+        for template_id in self.selected:
+            stage, costly = stage_of.get(template_id, 0), template_id in expensive
+            if template_id not in batches:
+                planned.append(PlannedSandbox(template_id, stage, costly))
+                continue
+            planned.extend(PlannedSandbox(template_id, stage, costly, number, items)
+                           for number, items in enumerate(batches[template_id], 1))
+        return tuple(planned)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -189,8 +189,7 @@ def assemble_plan(
         priority=request.chosen_priority,
         budget_usd=request.budget_usd,
         expensive=tuple(t.id for t in selected if is_expensive(t)),
-        batches=tuple(BatchPlan(t.id, check_batch_size(t.batch_size),
-                                tuple(len(b) for b in item_batches(t)))
+        batches=tuple(BatchPlan(t.id, check_batch_size(t.batch_size), tuple(item_batches(t)))
                       for t in selected if t.items),
         max_runtime_s=request.max_runtime_s,
         stages=stages,
