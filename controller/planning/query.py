@@ -18,7 +18,7 @@ from controller.errors import AmbiguousRequestError, InputError
 from controller.language.grammar import Reading, read_request
 from controller.planning.model import PlanRequest, Priority
 
-# The fields a query may fill; a request's own value wins. Name in the notes for each.
+# The fields a query may fill (a value the request sent wins), with the word the notes use.
 _FILLED = (("budget_usd", "budget"), ("priority", "priority"),
            ("max_parallel", "parallelism"), ("max_runtime_s", "runtime limit"))
 
