@@ -104,7 +104,8 @@ class _Receiver(BaseHTTPRequestHandler):
 def bare_round(suite: str, data_dir: Path, parallel: int) -> list[float]:
     """Spawn the same runtime for the same templates, same concurrency, no controller."""
     from controller.catalog.templates import load_catalog
-    from controller.planning.plan import PlanRequest, Priority, plan
+    from controller.planning.model import PlanRequest, Priority
+    from controller.planning.plan import plan
     from controller.runs import sandbox_spec
 
     catalog = load_catalog([Settings().builtin_catalog_dir])

@@ -57,7 +57,8 @@ from controller.catalog.templates import load_catalog
 from controller.cli.embedded import EmbeddedServer
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import attempts, result_runs, runs, sandboxes
-from controller.planning.plan import PlanRequest, Priority, plan
+from controller.planning.model import PlanRequest, Priority
+from controller.planning.plan import plan
 from controller.runs import sandbox_id_for, sandbox_spec
 from controller.settings import Settings
 from tests.e2e_helpers import FINAL, start_run

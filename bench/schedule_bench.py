@@ -7,7 +7,7 @@ catalog runtime estimate (the midpoint of `runtime_s`) times `--scale` (default
 max(longest sleep, total sleep / 8). Two ways, alternating which goes first:
 
 - LPT: the bench catalog carries the real estimates, so the planner launches the
-  longest first (`controller.planning.plan.longest_first`);
+  longest first (`controller.planning.sizing.longest_first`);
 - listed: every estimate the same, so the planner keeps the suite's listed order
   (what a launcher without estimates does).
 
@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from controller.catalog.templates import Catalog, load_catalog
 from controller.cli.embedded import EmbeddedServer
-from controller.planning.plan import PlanRequest, plan
+from controller.planning.model import PlanRequest
+from controller.planning.plan import plan
 from controller.settings import Settings
 from tests.e2e_helpers import start_run, wait_run
 

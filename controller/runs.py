@@ -20,14 +20,8 @@ from controller.catalog.templates import Catalog, Template
 from controller.db.plans import run_with_plan, select_runs, with_plans
 from controller.db.schema import runs, sandboxes
 from controller.errors import ConflictError, InputError, NotFoundError
-from controller.planning.plan import (
-    EXPENSIVE_USD,
-    Plan,
-    PlanRequest,
-    item_batches,
-    plan,
-    with_items,
-)
+from controller.planning.model import Plan, PlanRequest
+from controller.planning.plan import plan
 from controller.results.estimates import planning_catalog
 from controller.results.report import attempt_rows
 from controller.states import ACTIVE_RUN, RunStatus, SandboxStatus
@@ -106,7 +100,7 @@ def create_run(
         )
     run_id = new_run_id()
     now = datetime.now(UTC)
-    rows = sandbox_rows(run_id, the_plan, catalog, request, default_image, seed)
+    rows = sandbox_rows(run_id, the_plan, catalog, default_image, seed)
     _store_items(store, run_id, rows)
     try:
         with engine.begin() as conn:
@@ -173,30 +167,21 @@ def _store_items(store: ObjectStore | None, run_id: str,
 
 
 def sandbox_rows(
-    run_id: str, the_plan: Plan, catalog: Catalog, request: PlanRequest, default_image: str,
-    seed: int,
+    run_id: str, the_plan: Plan, catalog: Catalog, default_image: str, seed: int
 ) -> list[tuple[dict[str, Any], tuple[WorkItem, ...]]]:
-    """The sandbox rows in launch order (a batch template has one per batch), with items."""
-    expensive = set(the_plan.expensive)
-    stage_of = {t: s["index"] for s in the_plan.stages for t in s["templates"]}
-    units: list[tuple[Template, int | None, tuple[WorkItem, ...]]] = []
-    for template_id in the_plan.selected:
-        template = with_items(catalog, request, template_id)
-        batches = item_batches(template)
-        units.extend((template, i + 1, b) for i, b in enumerate(batches))
-        if not batches:
-            units.append((template, None, ()))
+    """The sandbox rows in launch order, with their items: the plan's sandboxes as it
+    decided them (batches, items, expensive, stage); `catalog` gives each its spec."""
     rows = []
-    for position, (template, batch, items) in enumerate(units):
-        spec = sandbox_spec(template, seed, default_image)
-        sandbox_id = sandbox_id_for(run_id, template.id, position, batch)
-        if batch is not None:
-            spec["items"] = {"key": items_key(run_id, sandbox_id), "count": len(items),
-                             "batch": batch}
+    for position, planned in enumerate(the_plan.sandboxes()):
+        spec = sandbox_spec(catalog.templates[planned.template_id], seed, default_image)
+        sandbox_id = sandbox_id_for(run_id, planned.template_id, position, planned.batch)
+        if planned.batch is not None:
+            spec["items"] = {"key": items_key(run_id, sandbox_id), "count": len(planned.items),
+                             "batch": planned.batch}
         rows.append(({
             "id": sandbox_id,
             "run_id": run_id,
-            "template_id": template.id,
+            "template_id": planned.template_id,
             "position": position,
             "status": SandboxStatus.PENDING,
             "spec": spec,
@@ -206,11 +191,10 @@ def sandbox_rows(
             "prior_cost_usd": 0.0,
             "tokens": 0,
             "aggregated": False,
-            "expensive": (template.cost_usd[1] * len(items) >= EXPENSIVE_USD) if batch
-            else template.id in expensive,
-            "stage": stage_of.get(template.id, 0),
+            "expensive": planned.expensive,
+            "stage": planned.stage,
             "cost_alerted": False,
-        }, items))
+        }, planned.items))
     return rows
 
 

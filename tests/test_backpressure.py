@@ -17,7 +17,7 @@ from sqlalchemy import func, select, update
 from controller.cli.embedded import EmbeddedServer
 from controller.db.schema import events, sandboxes
 from controller.intake.tokens import hash_token
-from controller.planning.plan import PlanRequest
+from controller.planning.model import PlanRequest
 from controller.runs import create_run
 from controller.settings import Settings
 from sandbox_image.contract import EVENTS_PATH, EventType

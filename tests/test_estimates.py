@@ -24,7 +24,7 @@ from controller.cli.main import app
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import events, runs, sandboxes
 from controller.errors import ConflictError
-from controller.planning.plan import PlanRequest
+from controller.planning.model import PlanRequest
 from controller.reconcile.alerts import confirm_run
 from controller.reconcile.reconciler import Reconciler
 from controller.runs import create_run

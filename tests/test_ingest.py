@@ -22,7 +22,7 @@ from controller.db.engine import upgrade
 from controller.db.schema import attempts, events, runs, sandboxes
 from controller.intake.ingest import EventRequest, IncomingEvent, write_group
 from controller.intake.tokens import hash_token
-from controller.planning.plan import PlanRequest
+from controller.planning.model import PlanRequest
 from controller.retry import backoff_ceiling_s, backoff_s
 from controller.runs import create_run
 from controller.service import Controller

@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 from controller.catalog.templates import load_catalog
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import runs, sandboxes
-from controller.planning.plan import PlanRequest
+from controller.planning.model import PlanRequest
 from controller.reconcile.pass_reads import running_by_run, running_counts, running_rows
 from controller.reconcile.reconciler import Reconciler
 from controller.runs import create_run

@@ -1,4 +1,5 @@
-"""The planner: budgets, priorities, parallelism, estimates, name resolution, free text.
+"""The planner: budgets, priorities, parallelism, estimates, name resolution (free text:
+test_planner_query.py).
 
 Property-style checks run over the built-in catalog with seeded random subsets;
 the exact estimates are checked on tiny synthetic catalogs built here.
@@ -12,7 +13,9 @@ import pytest
 
 from controller.catalog.templates import Catalog, Template, load_catalog
 from controller.errors import InputError, UnknownNameError
-from controller.planning.plan import EXPENSIVE_USD, MAX_WORKERS, Plan, PlanRequest, Priority, plan
+from controller.planning.model import Plan, PlanRequest, Priority
+from controller.planning.plan import plan
+from controller.planning.sizing import EXPENSIVE_USD, MAX_WORKERS
 from controller.settings import REPO_CATALOG_DIR
 
 
@@ -349,55 +352,3 @@ def test_plan_to_dict_shape(catalog: Catalog) -> None:
     assert len(data["estimated_cost_usd"]) == 2
     assert data["priority"] == "balanced"
     assert data["budget_usd"] == 12
-
-
-# --- free text -------------------------------------------------------------------------
-
-
-def test_query_portal_under_50_fast(catalog: Catalog) -> None:
-    the_plan = plan(catalog, PlanRequest(query="run portal templates under $50, fast"))
-    assert the_plan.budget_usd == 50
-    assert the_plan.priority is Priority.SPEED
-    assert sorted([*the_plan.selected, *excluded_ids(the_plan)]) == sorted(
-        catalog.suite("portal"))
-    assert the_plan.selected
-    assert the_plan.estimated_cost_usd[1] <= 50
-
-
-def test_query_names_a_specific_suite_only(catalog: Catalog) -> None:
-    the_plan = plan(catalog, PlanRequest(query="quick validation of portal-test, cheap"))
-    assert set(the_plan.selected) == {*catalog.suite("quick"), *catalog.suite("portal-test")}
-    assert the_plan.priority is Priority.COST
-    assert the_plan.budget_usd is None
-
-
-def test_query_everything_is_ultra(catalog: Catalog) -> None:
-    the_plan = plan(catalog, PlanRequest(query="run everything"))
-    assert len(the_plan.selected) == 64
-
-
-def test_query_names_a_template(catalog: Catalog) -> None:
-    the_plan = plan(catalog, PlanRequest(query="just board_meeting please"))
-    assert the_plan.selected == ("board_meeting",)
-
-
-def test_query_budget_does_not_override_an_explicit_budget(catalog: Catalog) -> None:
-    the_plan = plan(catalog, PlanRequest(query="portal under $50", budget_usd=12))
-    assert the_plan.budget_usd == 12
-    assert the_plan.estimated_cost_usd[1] <= 12
-
-
-def test_query_adds_to_explicit_fields(catalog: Catalog) -> None:
-    the_plan = plan(catalog, PlanRequest(query="and the full suite", templates=("ipo_reverse",)))
-    assert set(the_plan.selected) == {*catalog.suite("full"), "ipo_reverse"}
-
-
-def test_query_that_names_nothing_is_an_input_error(catalog: Catalog) -> None:
-    with pytest.raises(InputError, match="nothing to run"):
-        plan(catalog, PlanRequest(query="do something nice"))
-
-
-def test_query_budget_with_thousands_separator(catalog: Catalog) -> None:
-    the_plan = plan(catalog, PlanRequest(query="run everything under $1,000"))
-    assert the_plan.budget_usd == 1000
-    assert len(the_plan.selected) == 64

@@ -21,7 +21,7 @@ from controller.catalog.templates import Catalog, load_catalog
 from controller.db.schema import sandboxes
 from controller.errors import NotFoundError
 from controller.intake.aggregator import load_snapshot, read_snapshot
-from controller.planning.plan import PlanRequest
+from controller.planning.model import PlanRequest
 from controller.results.report import MECHANISMS_TOTAL, build_report, fetch_report, report_json
 from controller.results.report_formats import report_junit, report_markdown
 from controller.runs import create_run, sandbox_id_for

@@ -11,7 +11,8 @@ import pytest
 from controller.catalog.stages import Policy, PolicyKind, Stage, parse_policy, settle
 from controller.catalog.templates import load_catalog
 from controller.errors import CatalogError, InputError
-from controller.planning.plan import PlanRequest, Priority, plan
+from controller.planning.model import PlanRequest, Priority
+from controller.planning.plan import plan
 from controller.results.estimates import (
     ObservedRange,
     learned_catalog,

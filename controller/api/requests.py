@@ -24,7 +24,7 @@ from controller.catalog.batches import (
     check_items,
 )
 from controller.catalog.stages import Stage, parse_policy
-from controller.planning.plan import PlanRequest, Priority
+from controller.planning.model import PlanRequest, Priority
 from sandbox_image.contract import EventType
 
 
@@ -87,6 +87,7 @@ class RunCreate(BaseModel):
     )
 
     def plan_request(self) -> PlanRequest:
+        """The planner's request; a priority the client did not send is left to the query."""
         return PlanRequest(
             names=tuple(self.names),
             suites=tuple(self.suites),
@@ -94,7 +95,7 @@ class RunCreate(BaseModel):
             categories=tuple(self.categories),
             query=self.query,
             budget_usd=self.budget_usd,
-            priority=self.priority,
+            priority=self.priority if "priority" in self.model_fields_set else None,
             max_parallel=self.max_parallel,
             stages=tuple(s.stage() for s in self.stages or ()),
             items=None if self.items is None else check_items(self.items, "request"),

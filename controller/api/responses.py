@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from controller.planning.plan import Priority
+from controller.planning.model import Priority
 from controller.states import RunStatus, SandboxStatus
 
 

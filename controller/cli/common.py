@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from controller.cli.client import ApiClient, ApiError
 from controller.errors import ConfigError, SimpleError
-from controller.planning.plan import Priority
+from controller.planning.model import Priority
 from controller.settings import Settings, load_settings
 
 err = Console(stderr=True, markup=False)
@@ -110,21 +110,25 @@ def api_client(
 def run_body(
     names: list[str],
     budget: float | None,
-    priority: Priority,
+    priority: Priority | None,
     parallel: int | None,
     query: str | None,
     seed: int,
     confirm_over: bool = False,
 ) -> dict[str, Any]:
-    return {
+    """The body of POST /v1/runs and /v1/plans; a priority not chosen is not sent, so a
+    priority read from the query applies (an explicit one wins over it)."""
+    body: dict[str, Any] = {
         "confirm_over": confirm_over,
         "names": names,
         "budget_usd": budget,
-        "priority": priority.value,
         "max_parallel": parallel,
         "query": query,
         "seed": seed,
     }
+    if priority is not None:
+        body["priority"] = priority.value
+    return body
 
 
 def setup_logging(verbose: bool) -> None:

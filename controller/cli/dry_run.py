@@ -8,7 +8,8 @@ from typing import Any
 from controller.attempts.launcher import build_sandbox_spec
 from controller.backends import create_backend
 from controller.catalog.templates import Catalog
-from controller.planning.plan import PlanRequest, plan
+from controller.planning.model import PlanRequest
+from controller.planning.plan import plan
 from controller.runs import new_run_id, sandbox_rows
 from controller.settings import Settings
 
@@ -25,8 +26,7 @@ def render_run(
     run_id = new_run_id()
     controller_url = settings.resolved_controller_url
     objects = []
-    for row, _items in sandbox_rows(run_id, the_plan, catalog, request, settings.default_image,
-                                    seed):
+    for row, _items in sandbox_rows(run_id, the_plan, catalog, settings.default_image, seed):
         sandbox_id = row["id"]
         upload = f"{controller_url}/v1/sandboxes/{sandbox_id}/snapshot?attempt=1&signature=<...>"
         # A later stage reads the stage before it (made when that stage has settled).

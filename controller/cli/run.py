@@ -28,7 +28,7 @@ from controller.cli.common import (
     run_body,
     setup_logging,
 )
-from controller.planning.plan import Priority
+from controller.planning.model import Priority
 
 ItemsFile = Annotated[
     Path | None,
@@ -51,6 +51,12 @@ def items_body(items: Path | None, batch_size: int | None) -> dict[str, Any]:
     return body
 
 
+# Not sent when not given: a priority read from `--query` applies then.
+PriorityOption = Annotated[
+    Priority | None,
+    typer.Option("--priority", help="speed, cost or balanced (default: the query's, or balanced)."),
+]
+
 if TYPE_CHECKING:
     from controller.cli.embedded import EmbeddedServer
 
@@ -58,7 +64,7 @@ if TYPE_CHECKING:
 def run(
     names: Annotated[list[str] | None, typer.Argument(help="Suites and/or template ids.")] = None,
     budget: Annotated[float | None, typer.Option("--budget", help="Budget in USD.")] = None,
-    priority: Annotated[Priority, typer.Option("--priority")] = Priority.BALANCED,
+    priority: PriorityOption = None,
     parallel: Annotated[
         int | None, typer.Option("--parallel", min=1, help="Max sandboxes at once.")
     ] = None,
@@ -277,7 +283,7 @@ def _print_report(report: dict[str, Any]) -> None:
 def plan(
     names: Annotated[list[str] | None, typer.Argument(help="Suites and/or template ids.")] = None,
     budget: Annotated[float | None, typer.Option("--budget")] = None,
-    priority: Annotated[Priority, typer.Option("--priority")] = Priority.BALANCED,
+    priority: PriorityOption = None,
     parallel: Annotated[int | None, typer.Option("--parallel", min=1)] = None,
     query: Annotated[str | None, typer.Option("--query")] = None,
     items: ItemsFile = None,

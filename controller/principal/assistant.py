@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from controller.errors import InputError, SimpleError
 from controller.language.grammar import read_request
-from controller.planning.plan import PlanRequest, Priority
+from controller.planning.model import PlanRequest, Priority
 from controller.principal import questions
 from controller.principal.conversation import _NO, _PICK, _YES, Conversation, Principal
 from controller.principal.llm import Completion, LLMClient, LLMError, ToolCall
@@ -113,7 +113,7 @@ class AssistedPrincipal(Principal):
             )
         request = PlanRequest(
             suites=tuple(args.suites), templates=tuple(args.templates), query=args.query,
-            budget_usd=args.budget_usd, priority=args.priority or Priority.BALANCED,
+            budget_usd=args.budget_usd, priority=args.priority,
             max_parallel=args.max_parallel,
         )
         return self.propose(conversation, request, call.name == "start", confirm, text, limit)

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from controller.errors import NotFoundError, SimpleError
 from controller.language.choices import Choice
 from controller.language.grammar import read_request
-from controller.planning.plan import Plan, PlanRequest, Priority, plan
+from controller.planning.model import Plan, PlanRequest, Priority
+from controller.planning.plan import plan
 from controller.principal import questions
 from controller.principal.notices import run_notices
 from controller.runs import cancel_run, create_run, get_run

@@ -35,7 +35,7 @@ from controller.errors import SnapshotRejected, UnavailableError
 from controller.intake.aggregator import load_snapshot, read_snapshot
 from controller.intake.ingest import EventRequest, IncomingEvent, write_group
 from controller.intake.tokens import hash_token
-from controller.planning.plan import PlanRequest
+from controller.planning.model import PlanRequest
 from controller.results.report import fetch_report
 from controller.runs import create_run
 from controller.service import Controller

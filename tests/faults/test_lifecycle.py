@@ -33,7 +33,7 @@ from controller.catalog.templates import load_catalog
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import runs, sandboxes
 from controller.intake.ingest import EventRequest, IncomingEvent, write_group
-from controller.planning.plan import PlanRequest
+from controller.planning.model import PlanRequest
 from controller.reconcile.reconciler import Reconciler
 from controller.runs import cancel_run, create_run
 from controller.settings import Settings

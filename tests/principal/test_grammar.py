@@ -15,7 +15,8 @@ import pytest
 
 from controller.catalog.templates import Catalog
 from controller.language.grammar import read_request
-from controller.planning.plan import PlanRequest, plan
+from controller.planning.model import PlanRequest
+from controller.planning.plan import plan
 
 # No database behaviour of its own (or its own SQLite file): once is enough in CI.
 pytestmark = pytest.mark.once

@@ -166,6 +166,15 @@ def test_within_budget_and_below_the_threshold_the_proposal_runs(client: httpx.C
     assert reply["plan"]["selected"] == ["cheap_one"] and reply["plan"]["budget_usd"] == 2
 
 
+def test_a_proposal_by_query_keeps_the_querys_priority(client: httpx.Client,
+                                                      model: FakeModel) -> None:
+    """A tool call without a priority leaves it to its query; one with a priority wins."""
+    model.tool("plan", query="cheap_one, fast")
+    assert say(client, "plan cheap_one, fast")["plan"]["priority"] == "speed"
+    model.tool("plan", query="cheap_one, fast", priority="cost")
+    assert say(client, "plan cheap_one, fast but cheap")["plan"]["priority"] == "cost"
+
+
 def test_the_model_may_phrase_an_answer(client: httpx.Client, model: FakeModel) -> None:
     model.says("Quick runs 7 cheap templates.")
     reply = say(client, "what is quick?")

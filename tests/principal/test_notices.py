@@ -8,7 +8,7 @@ from sqlalchemy import Engine, insert, update
 
 from controller.catalog.templates import Catalog
 from controller.db.schema import events, sandboxes
-from controller.planning.plan import PlanRequest
+from controller.planning.model import PlanRequest
 from controller.principal.notices import run_notices
 from controller.runs import create_run, get_run
 

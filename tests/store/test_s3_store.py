@@ -26,7 +26,7 @@ from controller.catalog.templates import load_catalog
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import result_runs, sandboxes
 from controller.errors import ConfigError, PayloadTooLargeError, StoreError, UnavailableError
-from controller.planning.plan import PlanRequest
+from controller.planning.model import PlanRequest
 from controller.runs import create_run
 from controller.settings import REPO_CATALOG_DIR, Settings
 from controller.states import SandboxStatus
