@@ -10,8 +10,9 @@ document.addEventListener("DOMContentLoaded", function () {
 
   function body() {
     const data = new FormData(form);
-    const request = {suites: data.getAll("suites"), templates: data.getAll("templates"),
-      priority: data.get("priority") || "balanced"};
+    const request = {suites: data.getAll("suites"), templates: data.getAll("templates")};
+    // "" = as the words say (a query's "the cheapest way"), else balanced
+    if (data.get("priority")) request.priority = data.get("priority");
     const query = (data.get("query") || "").trim();
     if (query) request.query = query;
     const budget = parseFloat(data.get("budget_usd"));
