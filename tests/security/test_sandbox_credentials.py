@@ -94,12 +94,15 @@ def test_a_wrong_sandbox_token_is_refused_by_the_body_guard_and_by_ingestion_ali
     assert _write(server, "sb-a", "token-a").error is None
 
 
-def test_the_body_guard_never_compares_a_sandbox_token_with_plain_equality(
+def test_the_body_guard_compares_the_right_token_in_constant_time_too(
     server: EmbeddedServer, compared: list[tuple[Any, Any]]
 ) -> None:
-    """The right token's hash is compared with compare_digest before the guard lets the
-    request through; equal lengths, so nothing returns early."""
-    assert _post(server, "sb-b", "token-b").status_code == 200
+    """A batch the route refuses (422) never reaches ingestion: every comparison seen is
+    the body guard's, and the right token's hash was compared with compare_digest, on
+    equal lengths (nothing returns early)."""
+    refused = httpx.post(f"{server.url}/v1/sandboxes/sb-b/events", json={"events": "none"},
+                         headers={"Authorization": "Bearer token-b"}, timeout=10)
+    assert refused.status_code == 422, refused.text  # past the guard: the token was right
     assert (hash_token("token-b"), hash_token("token-b")) in compared
     assert all(len(a) == len(b) for a, b in compared)
 
