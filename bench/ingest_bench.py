@@ -1,8 +1,9 @@
 """Event ingestion under load: the real endpoint against the same endpoint storing nothing.
 
 Starts two controller API processes on loopback over the same PostgreSQL database:
-one as in production, one with persistence switched off (the route parses and
-validates the batch and answers, with no database work at all). 64 concurrent
+one as in production, one with persistence switched off (the bench installs an event
+intake, `AnsweringWithoutStoring`, that answers once the route has parsed and validated
+the batch, with no quota and no writer: nothing stored). 64 concurrent
 senders, each a sandbox with its own token, POST batches of events as fast as
 the answers come back, on keep-alive connections. Rounds alternate between the
 two servers; the table shows medians over the rounds of sustained events/s and
@@ -37,6 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import create_engine, func, insert, select, text
 
@@ -44,6 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import events, runs, sandboxes
+from controller.intake.event_batch import EventRequest, accepted, check_batch_ids
+from controller.intake.event_intake import EventIntake
 from controller.intake.tokens import hash_token
 
 REPO = Path(__file__).resolve().parent.parent
@@ -153,19 +157,31 @@ def stored_events(url: str) -> tuple[int, dict[str, int]]:
 # --- the servers --------------------------------------------------------------------------
 
 
+class AnsweringWithoutStoring(EventIntake):
+    """The no-persistence server's event intake: each batch answered after the checks that
+    need no database; no quota, no writer, nothing stored."""
+
+    async def accept(self, request: EventRequest, attempt: int | None, size: int) -> dict[str, Any]:
+        check_batch_ids(request)
+        return accepted(request.batch)
+
+
 def serve(port: int, url: str, persistence: bool) -> None:
-    """Child process: the controller's API on `port`, no reconciler (rows are the bench's)."""
+    """Child process: the controller's API on `port`, no reconciler (rows are the bench's);
+    without `persistence`, the controller's event intake is one that stores nothing."""
     import uvicorn
 
     from controller.api.app import create_app
-    from controller.intake.ingest import PERSISTENCE_FLAG
     from controller.service import Controller
     from controller.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix="simple-bench-data-") as data_dir:
         controller = Controller(Settings(data_dir=Path(data_dir), database_url=url))
+        if not persistence:
+            controller.event_intake = AnsweringWithoutStoring(
+                controller.event_writer, controller.event_quota
+            )
         app = create_app(controller, manage_lifecycle=False)
-        setattr(app.state, PERSISTENCE_FLAG, persistence)
         uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
         controller.close()
 

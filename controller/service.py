@@ -1,4 +1,11 @@
-"""The controller as one object: settings, database, catalog, store, backend, reconciler."""
+"""The controller as one object, the one owner of its state.
+
+Settings, database, catalog, store, backend and reconciler, and everything that belongs
+to this controller and to no other in the same process: its URL signing key (`Signer`),
+its event quotas and group-commit writer (`EventIntake`), its exit path's stamps and
+memory (`Finisher`). Nothing of it lives in a module global or on the web app: the API
+reaches it through `controller.api.deps`.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +14,17 @@ import gc
 import logging
 from pathlib import Path
 
+from controller.attempts.finisher import Finisher
+from controller.attempts.stamps import Stamps
+from controller.attempts.urls import AttemptUrls
 from controller.backends import create_backend
 from controller.backends.base import Backend
 from controller.catalog.templates import Catalog, load_catalog
 from controller.db.engine import check_ready, create_db_engine, upgrade
-from controller.intake.tokens import load_signing_key, set_signing_key
+from controller.intake.event_intake import EventIntake
+from controller.intake.event_quota import EventQuota
+from controller.intake.event_writer import EventWriter
+from controller.intake.tokens import Signer
 from controller.reconcile.reconciler import Reconciler
 from controller.settings import Settings
 from controller.store import create_store
@@ -27,12 +40,24 @@ class Controller:
         self, settings: Settings, backend: Backend | None = None, store: ObjectStore | None = None
     ) -> None:
         self.settings = settings
-        set_signing_key(load_signing_key(settings.data_dir / "signing.key", settings.signing_key))
+        self.signer = Signer.load(settings.data_dir / "signing.key", settings.signing_key)
         self.catalog: Catalog = load_catalog(catalog_dirs(settings))
         self.engine = create_db_engine(settings.resolved_database_url)
         self.store = store or create_store(settings)
         self.backend = backend or create_backend(settings, notify=self.kick)
-        self.reconciler = Reconciler(self.engine, self.backend, self.store, settings)
+        self.event_writer = EventWriter(
+            self.engine, settings.ingest_queue_max_events, settings.ingest_retry_after_s
+        )
+        self.event_quota = EventQuota(
+            self.engine, settings.events_max_per_attempt, settings.events_max_bytes_per_attempt
+        )
+        self.event_intake = EventIntake(self.event_writer, self.event_quota)
+        self.stamps = Stamps(self.engine)
+        self.finisher = Finisher(self.engine, self.backend, self.store, settings, self.stamps)
+        self.urls = AttemptUrls(self.store, self.signer, settings.resolved_controller_url)
+        self.reconciler = Reconciler(
+            self.engine, self.backend, self.store, settings, urls=self.urls, finisher=self.finisher
+        )
         self.started = False
 
     def kick(self) -> None:
@@ -62,6 +87,7 @@ class Controller:
 
     def close(self) -> None:
         self.reconciler.stop()
+        self.event_writer.close()
         self.backend.close()
         self.engine.dispose()
         logger.info("controller stopped")

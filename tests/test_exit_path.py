@@ -17,17 +17,15 @@ from controller.states import SandboxStatus
 
 
 def _path(monkeypatch: pytest.MonkeyPatch, results: list[bool]) -> tuple[ExitPath, list[Any]]:
-    """An exit path whose `finish_attempt` answers `results` in turn and logs its rows."""
+    """An exit path whose finisher answers `results` in turn and logs its rows."""
     calls: list[Any] = []
 
-    def finish_attempt(engine: Any, backend: Any, store: Any, settings: Any, row: Any,
-                       *rest: Any, **named: Any) -> bool:
+    def finish(row: Any, *rest: Any, **named: Any) -> bool:
         calls.append(row)
         return results[len(calls) - 1]
 
-    monkeypatch.setattr(exit_path, "finish_attempt", finish_attempt)
-    path = ExitPath(None, None, None, None, lambda: datetime.now(UTC),  # type: ignore[arg-type]
-                    random.Random(0), lambda: None)
+    finisher: Any = SimpleNamespace(finish=finish)
+    path = ExitPath(finisher, lambda: datetime.now(UTC), random.Random(0), lambda: None)
     return path, calls
 
 

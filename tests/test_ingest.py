@@ -9,6 +9,8 @@ controller's capped exponential backoff (`next_attempt_at`).
 from __future__ import annotations
 
 import random
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,11 +18,13 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from controller.attempts.finisher import Outcome, finish_attempt
+from controller.attempts.finisher import Finisher, Outcome
 from controller.attempts.launcher import Launcher
 from controller.db.engine import upgrade
 from controller.db.schema import attempts, events, runs, sandboxes
-from controller.intake.ingest import EventRequest, IncomingEvent, write_group
+from controller.intake.event_batch import EventRequest, IncomingEvent
+from controller.intake.event_writer import WRITER_LINGER_S
+from controller.intake.ingest import write_group
 from controller.intake.tokens import hash_token
 from controller.planning.model import PlanRequest
 from controller.retry import backoff_ceiling_s, backoff_s
@@ -125,7 +129,7 @@ def test_a_new_attempt_starts_its_seq_again(
         run = conn.execute(select(runs).where(runs.c.id == row.run_id)).one()
     assert row.last_seq == 5
     launcher = Launcher(controller.engine, controller.backend, controller.store,
-                        controller.settings)
+                        controller.settings, controller.urls, controller.finisher)
     claim = launcher.claim(run, row, T0)
     assert claim is not None and claim.row.attempt == 2 and claim.row.last_seq == 0
     token2 = claim.spec.env.sandbox_token
@@ -167,10 +171,29 @@ def test_a_transient_failure_is_retried_after_the_backoff(
             attempt=attempt))
         row = conn.execute(select(sandboxes).where(sandboxes.c.id == sandbox_id)).one()
     outcome = Outcome(SandboxStatus.FAILED, 1, "flaky", transient=True)
-    finish_attempt(controller.engine, controller.backend, controller.store, settings, row,
-                   outcome, T0, random.Random(7))
+    finisher = Finisher(controller.engine, controller.backend, controller.store, settings)
+    finisher.finish(row, outcome, T0, random.Random(7))
     with controller.engine.connect() as conn:
         after = conn.execute(select(sandboxes).where(sandboxes.c.id == sandbox_id)).one()
     expected = random.Random(7).random() * min(5.0, 2.0 * 2 ** (attempt - 1))
     assert after.status == SandboxStatus.PENDING
     assert after.next_attempt_at == T0 + timedelta(seconds=expected)
+
+
+def test_closing_the_event_writer_writes_what_is_queued_and_ends_its_thread(
+    controller: Controller, sandbox: tuple[str, str]
+) -> None:
+    sandbox_id, token = sandbox
+    writer = controller.event_writer
+    before = set(threading.enumerate())
+    future = writer.submit(EventRequest(sandbox_id, f"Bearer {token}", [event("a", 1)]))
+    (thread,) = [t for t in threading.enumerate() if t not in before and t.name == "event-writer"]
+    started = time.monotonic()
+    writer.close()
+    assert time.monotonic() - started < WRITER_LINGER_S, "woken, not left to its idle wait"
+    assert not thread.is_alive()
+    assert future.result(timeout=0) == {"stored": ["a"], "count": 1}
+    assert stored(controller, sandbox_id) == ["a"]
+    later = writer.submit(EventRequest(sandbox_id, f"Bearer {token}", [event("b", 2)]))
+    assert later.result(timeout=10) == {"stored": ["b"], "count": 1}, "a closed writer restarts"
+    writer.close()

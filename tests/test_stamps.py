@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import Engine, insert, select
 
 from controller.attempts import stamps
+from controller.attempts.stamps import Stamps
 from controller.db.schema import attempts, runs, sandboxes
 
 RUN = "run-stamps"
@@ -66,11 +67,12 @@ def test_stamps_queued_during_a_write_share_the_next_transaction(
 
     monkeypatch.setattr(stamps, "_write", slow_first)
     now = datetime.now(UTC)
-    first = threading.Thread(target=stamps.stamp, args=(seeded, "sb-0", 1, "logs/sb-0", now))
+    group = Stamps(seeded)
+    first = threading.Thread(target=group.stamp, args=("sb-0", 1, "logs/sb-0", now))
     first.start()
     time.sleep(0.1)
-    others = [threading.Thread(target=stamps.stamp, args=(seeded, f"sb-{i}", 1, f"logs/sb-{i}",
-                                                          now)) for i in range(1, N)]
+    others = [threading.Thread(target=group.stamp, args=(f"sb-{i}", 1, f"logs/sb-{i}", now))
+              for i in range(1, N)]
     for thread in others:
         thread.start()
     for thread in [first, *others]:
@@ -92,7 +94,8 @@ def test_a_failed_group_fails_each_of_its_stamps_and_the_next_group_is_written(
         real_write(engine, group)
 
     monkeypatch.setattr(stamps, "_write", failing_once)
+    group = Stamps(seeded)
     with pytest.raises(RuntimeError, match="went away"):
-        stamps.stamp(seeded, "sb-0", 1, "logs/sb-0", None)
-    stamps.stamp(seeded, "sb-1", 1, None, datetime.now(UTC))  # not stuck "writing"
+        group.stamp("sb-0", 1, "logs/sb-0", None)
+    group.stamp("sb-1", 1, None, datetime.now(UTC))  # not stuck "writing"
     assert stamped(seeded)[:2] == [("sb-0", None, False), ("sb-1", None, True)]

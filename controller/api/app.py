@@ -10,6 +10,7 @@ from fastapi.responses import RedirectResponse
 
 from controller import __version__
 from controller.api.body_guard import BodyGuard
+from controller.api.deps import attach
 from controller.api.errors import install_error_handlers
 from controller.api.routes import (
     accounting,
@@ -45,8 +46,7 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
         lifespan=lifespan,
         description="Runs simulation templates in parallel, one sandbox each.",
     )
-    app.state.controller = controller
-    app.state.principal = create_principal(controller)
+    attach(app, controller, create_principal(controller))
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
     routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access)

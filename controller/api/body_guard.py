@@ -15,7 +15,6 @@ Every request with a body is judged on its headers first:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -28,10 +27,10 @@ from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from controller.api.deps import _listed
-from controller.api.web.security import SESSION_COOKIE, session_valid
+from controller.api.auth import SESSION_COOKIE, Refusal, api_refusal
 from controller.db.schema import sandboxes
 from controller.intake.ingest import DATABASE_RETRY_AFTER_S
+from controller.intake.tokens import TokenHolder, token_holder
 from controller.settings import Settings
 
 EVENTS_PATH = re.compile(r"^/v1/sandboxes/([a-z0-9-]{1,63})/events/?$")
@@ -44,6 +43,7 @@ limit) is read and dropped before the answer, and the connection stays open: a b
 read, nothing parsed or held. Closing with body bytes unread makes the kernel
 reset the connection, and a reset makes the client's kernel drop the answer it has not
 read yet: a client with a wrong token got "connection reset" instead of the 401."""
+SANDBOX_TOKEN_HINT = "send `Authorization: Bearer $SIMPLE_SANDBOX_TOKEN`"
 ATTEMPT_KEY = "sandbox_attempt"
 """`request.state` key: the attempt whose token the events request carries (quotas)."""
 
@@ -103,7 +103,8 @@ class BodyGuard:
             return
         if refusal is not None:
             drained = await _drain(receive, length)
-            await _answer(send, 401, "unauthorized", *refusal, close=not drained)
+            await _answer(send, 401, "unauthorized", refusal.message, refusal.hint,
+                          close=not drained)
             return
         await self.app(scope, _counted(receive, BodyTooLarge(limit, what, setting)), send)
 
@@ -111,48 +112,37 @@ class BodyGuard:
         """Whether a route takes this method and path (else nothing reads the body)."""
         return any(route.matches(scope)[0] == Match.FULL for route in self.routes())
 
-    async def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[str, str] | None:
-        """(message, hint) when the request's credentials are missing or wrong."""
+    async def _refusal(self, scope: Scope, headers: dict[str, str]) -> Refusal | None:
+        """Why the request's credentials are refused (missing or wrong), or None."""
         path = scope["path"]
         if SNAPSHOT_PATH.match(path) or path == LOGIN_PATH:
             return None  # the route checks the signature first; the form holds the token
         token = _bearer(headers.get("authorization", ""))
         found = EVENTS_PATH.match(path)
-        if found:
-            if not token:
-                return "missing sandbox token", "send `Authorization: Bearer $SIMPLE_SANDBOX_TOKEN`"
-            attempt = await asyncio.to_thread(self._sandbox_attempt, found.group(1), token)
-            if attempt is False:
-                return "unknown sandbox token", "use SIMPLE_SANDBOX_TOKEN exactly as given"
-            if isinstance(attempt, int):
-                scope.setdefault("state", {})[ATTEMPT_KEY] = attempt
-            return None
-        tokens = self.settings.api_tokens
-        if not tokens or (token and _listed(token, tokens)):
-            return None
-        if not token and session_valid(_cookie(headers, SESSION_COOKIE), tokens):
-            return None
-        if token:
-            return "invalid API token", "use a token listed in the server's SIMPLE_API_TOKENS"
-        return "this API needs a token", (
-            "send `Authorization: Bearer <token>` (simplectl --token or SIMPLE_TOKEN)"
-        )
+        if not found:
+            cookie = _cookie(headers, SESSION_COOKIE)
+            return api_refusal(token, cookie, self.settings.api_tokens)
+        if not token:
+            return Refusal("missing sandbox token", SANDBOX_TOKEN_HINT)
+        attempt = await asyncio.to_thread(self._sandbox_attempt, found.group(1), token)
+        if attempt is TokenHolder.NOBODY:
+            return Refusal("unknown sandbox token", "use SIMPLE_SANDBOX_TOKEN exactly as given")
+        if isinstance(attempt, int):
+            scope.setdefault("state", {})[ATTEMPT_KEY] = attempt
+        return None  # another sandbox's token: the route answers 403, naming why
 
-    def _sandbox_attempt(self, sandbox_id: str, token: str) -> int | bool:
-        """The attempt if `token` is this sandbox's; True if another's; False if nobody's."""
-        digest = hashlib.sha256(token.encode()).hexdigest()
+    def _sandbox_attempt(self, sandbox_id: str, token: str) -> int | TokenHolder:
+        """The attempt if `token` is this sandbox's, else whose it is."""
         with self.engine().connect() as conn:
             row = conn.execute(
                 select(sandboxes.c.attempt, sandboxes.c.token_hash).where(
                     sandboxes.c.id == sandbox_id
                 )
             ).first()
-            if row is not None and row.token_hash == digest:
-                return int(row.attempt)
-            other = conn.execute(
-                select(sandboxes.c.id).where(sandboxes.c.token_hash == digest).limit(1)
-            ).first()
-        return other is not None
+            holder = token_holder(conn, token, row.token_hash if row is not None else None)
+        if holder is TokenHolder.THIS_SANDBOX and row is not None:
+            return int(row.attempt)
+        return holder
 
 
 def _counted(receive: Receive, too_large: BodyTooLarge) -> Receive:

@@ -1,25 +1,85 @@
-"""Dependencies shared by the routes: the controller, and API-token auth."""
+"""The only way routes get objects: the controller, the parts of it they use, the app's
+own parts, and API-token auth, as `Annotated` dependency aliases.
+
+`attach` puts a controller and the app's parts on the app once, at `create_app`; only
+the getters here read them back. Everything that belongs to the controller (its
+signer, its event intake) is the controller's own, never the app's or a module's.
+"""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from typing import Annotated
 
-from fastapi import Cookie, Depends, Request
+from fastapi import Cookie, Depends, FastAPI
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.requests import HTTPConnection
 
-from controller.api.web.security import SESSION_COOKIE, session_valid
+from controller.api.auth import SESSION_COOKIE, api_refusal, token_listed
+from controller.api.body_guard import ATTEMPT_KEY
+from controller.api.log_follow import FollowerSlots
 from controller.errors import UnauthorizedError
+from controller.intake.event_intake import EventIntake
+from controller.intake.tokens import Signer
+from controller.principal.conversation import Principal
 from controller.service import Controller
 
 
-def get_controller(request: Request) -> Controller:
-    controller: Controller = request.app.state.controller
+def attach(app: FastAPI, controller: Controller, principal: Principal) -> None:
+    """Serve `controller` (and `principal`) with `app`; the app's own log-follower caps."""
+    settings = controller.settings
+    app.state.controller = controller
+    app.state.principal = principal
+    app.state.log_followers = FollowerSlots(
+        settings.log_followers_per_sandbox, settings.log_followers_total
+    )
+
+
+def get_controller(connection: HTTPConnection) -> Controller:
+    controller: Controller = connection.app.state.controller
     return controller
 
 
 ControllerDep = Annotated[Controller, Depends(get_controller)]
+
+
+def get_principal(connection: HTTPConnection) -> Principal:
+    principal: Principal = connection.app.state.principal
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def get_follower_slots(connection: HTTPConnection) -> FollowerSlots:
+    slots: FollowerSlots = connection.app.state.log_followers
+    return slots
+
+
+FollowerSlotsDep = Annotated[FollowerSlots, Depends(get_follower_slots)]
+
+
+def get_signer(controller: ControllerDep) -> Signer:
+    return controller.signer
+
+
+SignerDep = Annotated[Signer, Depends(get_signer)]
+
+
+def get_event_intake(controller: ControllerDep) -> EventIntake:
+    return controller.event_intake
+
+
+EventIntakeDep = Annotated[EventIntake, Depends(get_event_intake)]
+
+
+def get_token_attempt(connection: HTTPConnection) -> int | None:
+    """The attempt whose sandbox token the request carries, as BodyGuard found it (None:
+    none found, or not a sandbox's events request)."""
+    attempt: int | None = getattr(connection.state, ATTEMPT_KEY, None)
+    return attempt
+
+
+TokenAttempt = Annotated[int | None, Depends(get_token_attempt)]
 
 # Declared in the OpenAPI schema (so /docs and API tools know to send it); the check
 # itself is ours, so a missing or wrong token gets our JSON error with a hint.
@@ -43,36 +103,16 @@ def require_api_token(
 ) -> None:
     """Every /v1 route but sandbox events needs a token from SIMPLE_API_TOKENS, if any are set
     (or the dashboard's session cookie, whose state changes CsrfGuard checks)."""
-    tokens = controller.settings.api_tokens
-    if not tokens:
-        return
     token = credentials.credentials.strip() if credentials else ""
-    if not token and session_valid(session, tokens):
-        return
-    if not token:
-        raise UnauthorizedError(
-            "this API needs a token",
-            hint="send `Authorization: Bearer <token>` (simplectl --token or SIMPLE_TOKEN)",
-        )
-    if not _listed(token, tokens):
-        raise UnauthorizedError(
-            "invalid API token", hint="use a token listed in the server's SIMPLE_API_TOKENS"
-        )
+    refusal = api_refusal(token, session, controller.settings.api_tokens)
+    if refusal is not None:
+        raise UnauthorizedError(refusal.message, hint=refusal.hint)
 
 
 def token_is_valid(token: str | None, controller: Controller) -> bool:
     """For routes that cannot use the dependency (WebSockets): no tokens set, or a listed one."""
     tokens = controller.settings.api_tokens
-    return not tokens or (bool(token) and _listed(str(token), tokens))
-
-
-def _listed(token: str, tokens: list[str]) -> bool:
-    """Constant time: every token is compared, on digests of equal length."""
-    given = hashlib.sha256(token.encode()).digest()
-    matched = False
-    for candidate in tokens:
-        matched |= hmac.compare_digest(given, hashlib.sha256(candidate.encode()).digest())
-    return matched
+    return not tokens or (bool(token) and token_listed(str(token), tokens))
 
 
 Authorized = Depends(require_api_token)

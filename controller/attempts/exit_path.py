@@ -20,12 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine
-
-from controller.attempts.finisher import Outcome, finish_attempt
-from controller.backends.base import Backend
-from controller.settings import Settings
-from controller.store.base import ObjectStore
+from controller.attempts.finisher import Finisher, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -42,15 +37,12 @@ class ExitPath:
 
     def __init__(
         self,
-        engine: Engine,
-        backend: Backend,
-        store: ObjectStore,
-        settings: Settings,
+        finisher: Finisher,
         clock: Callable[[], datetime],
         rng: random.Random,
         on_done: Callable[[], None],
     ) -> None:
-        self.engine, self.backend, self.store, self.settings = engine, backend, store, settings
+        self.finisher = finisher
         self.clock, self.rng, self._on_done = clock, rng, on_done
         self._lock = threading.Lock()
         self._finishing: set[tuple[str, int]] = set()
@@ -94,16 +86,8 @@ class ExitPath:
             if found is None:
                 return
             row, outcome = found
-            recorded = finish_attempt(
-                self.engine,
-                self.backend,
-                self.store,
-                self.settings,
-                row,
-                outcome,
-                self.clock(),
-                self.rng,
-                cleanup=lambda work: self._clean_up(row, work),
+            recorded = self.finisher.finish(
+                row, outcome, self.clock(), self.rng, lambda work: self._clean_up(row, work)
             )
             if recorded:
                 self._remember(key)

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, bindparam, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from controller import metrics
-from controller.attempts.stamps import END_ATTEMPT, stamp
+from controller.attempts.stamps import END_ATTEMPT, Stamps
 from controller.backends.base import Backend
 from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError, SnapshotRejected, StoreError
@@ -43,56 +43,105 @@ Cleanup = Callable[[Callable[[], None]], Any]
 """Runs a piece of clean-up work, e.g. a bounded executor's `submit`."""
 
 
-# When fetching each attempt's snapshot first failed; a store down for longer than
-# SIMPLE_STORE_RETRY_S ends the attempt with the reason instead of retrying forever.
-_store_failing_since: dict[tuple[str, int], datetime] = {}
+Digest = tuple[str, int] | None  # the snapshot object's SHA-256 and size, as fetched
 
 
-def finish_attempt(
-    engine: Engine,
-    backend: Backend,
-    store: ObjectStore,
-    settings: Settings,
-    row: Any,
-    outcome: Outcome,
-    now: datetime,
-    rng: random.Random,
-    cleanup: Cleanup | None = None,
-) -> bool:
-    """Record how an attempt ended; schedule a retry when it may help. True once recorded.
+@dataclass(frozen=True)
+class Ended:
+    """How an attempt ended, as it is written: outcome, sandbox values, snapshot digest."""
 
-    A final end is recorded first; its logs are archived and the sandbox removed after,
-    through `cleanup` (a background queue; None: right here). A retry cleans up first,
-    because the next attempt reuses the sandbox's name.
-    """
-    with log_context(run_id=row.run_id, sandbox_id=row.id, attempt=row.attempt):
-        return _finish_attempt(engine, backend, store, settings, row, outcome, now, rng, cleanup)
+    outcome: Outcome
+    values: dict[str, Any]
+    digest: Digest
+    final: bool  # no retry follows
 
 
-def _finish_attempt(
-    engine: Engine,
-    backend: Backend,
-    store: ObjectStore,
-    settings: Settings,
-    row: Any,
-    outcome: Outcome,
-    now: datetime,
-    rng: random.Random,
-    cleanup: Cleanup | None,
-) -> bool:
-    retry = _should_retry(engine, settings, row, outcome)
-    values: dict[str, Any] = {
-        "exit_code": outcome.exit_code,
-        "error": outcome.error,
-        "finished_at": now,
-        "log_key": row.log_key,
-    }
-    rows = None
-    digest: Digest = None
-    if retry:
-        digest = _snapshot_digest(store, settings, row)
-        values["log_key"] = archive_logs(backend, store, row) or row.log_key
-        _remove(backend, row.id)
+class Finisher:
+    """Ends the attempts of one controller, and remembers what ending them needs: its
+    database's group-committed stamps, and since when the store has failed to give each
+    attempt's snapshot (a store down for longer than SIMPLE_STORE_RETRY_S ends the
+    attempt with the reason instead of retrying forever)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        backend: Backend,
+        store: ObjectStore,
+        settings: Settings,
+        stamps: Stamps | None = None,
+    ) -> None:
+        self.engine, self.backend, self.store, self.settings = engine, backend, store, settings
+        self.stamps = stamps or Stamps(engine)
+        self._store_failing_since: dict[tuple[str, int], datetime] = {}
+
+    def finish(
+        self,
+        row: Any,
+        outcome: Outcome,
+        now: datetime,
+        rng: random.Random,
+        cleanup: Cleanup | None = None,
+    ) -> bool:
+        """Record how an attempt ended; schedule a retry when it may help. True once recorded.
+
+        A final end is recorded first; its logs are archived and the sandbox removed after,
+        through `cleanup` (a background queue; None: right here). A retry cleans up first,
+        because the next attempt reuses the sandbox's name.
+        """
+        with log_context(run_id=row.run_id, sandbox_id=row.id, attempt=row.attempt):
+            return self._finish(row, outcome, now, rng, cleanup)
+
+    def _finish(
+        self, row: Any, outcome: Outcome, now: datetime, rng: random.Random,
+        cleanup: Cleanup | None,
+    ) -> bool:
+        retry = _should_retry(self.engine, self.settings, row, outcome)
+        values: dict[str, Any] = {
+            "exit_code": outcome.exit_code,
+            "error": outcome.error,
+            "finished_at": now,
+            "log_key": row.log_key,
+        }
+        rows = None
+        digest: Digest = None
+        if retry:
+            digest = self._prepare_retry(row, outcome, values, now, rng)
+        else:
+            values["status"] = outcome.status
+            fetched = self._fetch_or_wait(row, now)
+            if fetched is None:
+                return False
+            rows, problem, digest = fetched
+            if problem:
+                values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
+        ended = Ended(outcome, values, digest, not retry)
+        if not _record_or_refuse(self.engine, row, ended, rows, now):
+            return False
+        recorded = datetime.now(UTC)  # after the commit: what "exit -> recorded" means
+        _count_end(self.backend, outcome, retry)
+        if retry:
+            self.stamps.stamp(row.id, row.attempt, None, recorded)
+        else:
+            logger.info(
+                "sandbox %s ended %s after %d attempt(s)%s",
+                row.id,
+                outcome.status.value,
+                row.attempt,
+                f": {values['error']}" if values["error"] else "",
+            )
+            (cleanup or _now)(lambda: self.archive_and_remove(row, recorded))
+        return True
+
+    def _prepare_retry(
+        self, row: Any, outcome: Outcome, values: dict[str, Any], now: datetime,
+        rng: random.Random,
+    ) -> Digest:
+        """Before a retry: hash the snapshot, archive the logs, remove the sandbox (its name
+        is reused), and set when the next attempt is due. The snapshot's digest."""
+        settings = self.settings
+        digest = _snapshot_digest(self.store, settings, row)
+        values["log_key"] = archive_logs(self.backend, self.store, row) or row.log_key
+        _remove(self.backend, row.id)
         delay = backoff_s(row.attempt, settings.retry_base_s, settings.retry_max_s, rng.random)
         values.update(status=SandboxStatus.PENDING, next_attempt_at=now + timedelta(seconds=delay))
         logger.info(
@@ -103,30 +152,36 @@ def _finish_attempt(
             outcome.error,
             delay,
         )
-    else:
-        values["status"] = outcome.status
-        fetched = _fetch_or_wait(store, settings, row, now)
-        if fetched is None:
-            return False
-        rows, problem, digest = fetched
-        if problem:
-            values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
-    if not _record_or_refuse(engine, row, Ended(outcome, values, digest, not retry), rows, now):
-        return False
-    recorded = datetime.now(UTC)  # after the commit: what "exit -> recorded" means
-    _count_end(backend, outcome, retry)
-    if retry:
-        stamp(engine, row.id, row.attempt, None, recorded)
-    else:
-        logger.info(
-            "sandbox %s ended %s after %d attempt(s)%s",
-            row.id,
-            outcome.status.value,
-            row.attempt,
-            f": {values['error']}" if values["error"] else "",
-        )
-        (cleanup or _now)(lambda: archive_and_remove(engine, backend, store, row, recorded))
-    return True
+        return digest
+
+    def _fetch_or_wait(self, row: Any, now: datetime) -> tuple[Any, str | None, Digest] | None:
+        """The snapshot's rows and why not; None while the store is down (the next pass
+        retries)."""
+        settings = self.settings
+        try:
+            with metrics.AGGREGATION.time():
+                fetched = _fetch_snapshot(self.store, settings, row)
+        except StoreError as e:
+            since = self._store_failing_since.setdefault((row.id, row.attempt), now)
+            if now - since < timedelta(seconds=settings.store_retry_s):
+                logger.warning("cannot fetch the snapshot of %s yet (will retry): %s", row.id, e)
+                return None
+            fetched = (
+                None,
+                f"snapshot not aggregated: the store failed for "
+                f"{settings.store_retry_s:.0f} s ({e.message})",
+                None,
+            )
+        self._store_failing_since.pop((row.id, row.attempt), None)
+        return fetched
+
+    def archive_and_remove(self, row: Any, recorded_at: datetime | None = None) -> None:
+        """After the end is recorded: archive the output, point the row at it, remove the
+        sandbox. `recorded_at` (taken after the end's commit) is written here too: one
+        transaction less."""
+        log = archive_logs(self.backend, self.store, row)
+        self.stamps.stamp(row.id, row.attempt, log, recorded_at)
+        _remove(self.backend, row.id)
 
 
 def _count_end(backend: Backend, outcome: Outcome, retry: bool) -> None:
@@ -143,28 +198,6 @@ def _now(work: Callable[[], None]) -> None:
     work()
 
 
-def _fetch_or_wait(
-    store: ObjectStore, settings: Settings, row: Any, now: datetime
-) -> tuple[Any, str | None, Digest] | None:
-    """The snapshot's rows and why not; None while the store is down (the next pass retries)."""
-    try:
-        with metrics.AGGREGATION.time():
-            fetched = _fetch_snapshot(store, settings, row)
-    except StoreError as e:
-        since = _store_failing_since.setdefault((row.id, row.attempt), now)
-        if now - since < timedelta(seconds=settings.store_retry_s):
-            logger.warning("cannot fetch the snapshot of %s yet (will retry): %s", row.id, e)
-            return None
-        fetched = (
-            None,
-            f"snapshot not aggregated: the store failed for "
-            f"{settings.store_retry_s:.0f} s ({e.message})",
-            None,
-        )
-    _store_failing_since.pop((row.id, row.attempt), None)
-    return fetched
-
-
 def _record_or_refuse(engine: Engine, row: Any, ended: Ended, rows: Any, now: datetime) -> bool:
     """Record with the snapshot's rows; if the database refuses them, without."""
     outcome, values = ended.outcome, ended.values
@@ -177,32 +210,6 @@ def _record_or_refuse(engine: Engine, row: Any, ended: Ended, rows: Any, now: da
         problem = f"snapshot rejected: the database refused its rows ({type(e).__name__})"
         values["error"] = f"{outcome.error}; {problem}" if outcome.error else problem
         return _record(engine, row, ended, None, now)
-
-
-def archive_and_remove(
-    engine: Engine,
-    backend: Backend,
-    store: ObjectStore,
-    row: Any,
-    recorded_at: datetime | None = None,
-) -> None:
-    """After the end is recorded: archive the output, point the row at it, remove the sandbox.
-    `recorded_at` (taken after the end's commit) is written here too: one transaction less."""
-    stamp(engine, row.id, row.attempt, archive_logs(backend, store, row), recorded_at)
-    _remove(backend, row.id)
-
-
-Digest = tuple[str, int] | None  # the snapshot object's SHA-256 and size, as fetched
-
-
-@dataclass(frozen=True)
-class Ended:
-    """How an attempt ended, as it is written: outcome, sandbox values, snapshot digest."""
-
-    outcome: Outcome
-    values: dict[str, Any]
-    digest: Digest
-    final: bool  # no retry follows
 
 
 # Built once, bound per end (`values` name the columns to set).

@@ -16,16 +16,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.attempts.urls import AttemptUrls, input_key
 from controller.errors import SimpleError, SnapshotRejected, StoreError
 from controller.intake.aggregator import SnapshotRows, read_snapshot
-from controller.intake.tokens import upload_signature
 from controller.settings import Settings
-from controller.store.base import ObjectStore, items_key, resume_key, snapshot_key
+from controller.store.base import ObjectStore, items_key, snapshot_key
 
 logger = logging.getLogger(__name__)
-
-INPUT_URL_SLACK_S = 600
-INPUT_KINDS = ("items", "resume")
 
 
 @dataclass(frozen=True)
@@ -88,8 +85,8 @@ def _checked(rows: SnapshotRows, sandbox_id: str, attempt: int, data: bytes) -> 
                       frozenset(str(i[0]) for i in rows.items), data)
 
 
-def prepare_inputs(store: ObjectStore, settings: Settings, row: Any, attempt: int,
-                   token_hash: str) -> Inputs:
+def prepare_inputs(store: ObjectStore, urls: AttemptUrls, settings: Settings, row: Any,
+                   attempt: int, token_hash: str) -> Inputs:
     """Write the attempt's inputs to the store and make their URLs; raises StoreError."""
     checkpoint: Checkpoint | None = None
     reasons: list[str] = []
@@ -101,14 +98,16 @@ def prepare_inputs(store: ObjectStore, settings: Settings, row: Any, attempt: in
         logger.warning("sandbox %s attempt %d %s", row.id, attempt, note)
     resume_url = None
     if checkpoint is not None:
-        store.put(resume_key(row.run_id, row.id, attempt), checkpoint.data)
-        resume_url = _url(store, settings, row, attempt, token_hash, "resume")
+        store.put(input_key("resume", row.run_id, row.id, attempt), checkpoint.data)
+        resume_url = urls.input("resume", row.run_id, row.id, attempt, token_hash,
+                                row.spec["timeout_s"])
         logger.info("sandbox %s attempt %d resumes after step %d of attempt %d", row.id,
                     attempt, checkpoint.step, checkpoint.attempt)
     items_url = None
     if row.spec.get("items"):
         _write_items(store, row, attempt, checkpoint)
-        items_url = _url(store, settings, row, attempt, token_hash, "items")
+        items_url = urls.input("items", row.run_id, row.id, attempt, token_hash,
+                               row.spec["timeout_s"])
     return Inputs(items_url, resume_url, checkpoint, note)
 
 
@@ -122,26 +121,8 @@ def _write_items(store: ObjectStore, row: Any, attempt: int,
     done = checkpoint.item_ids if checkpoint else frozenset()
     lines = [line for line in everything.splitlines(keepends=True)
              if not done or _item_id(line) not in done]
-    store.put(items_key(row.run_id, row.id, attempt), b"".join(lines))
+    store.put(input_key("items", row.run_id, row.id, attempt), b"".join(lines))
 
 
 def _item_id(line: bytes) -> str:
     return str(json.loads(line)["item_id"])
-
-
-def input_key(row: Any, attempt: int, kind: str) -> str:
-    """Where the attempt's input of `kind` (items or resume) is kept."""
-    if kind == "items":
-        return items_key(row.run_id, row.id, attempt)
-    return resume_key(row.run_id, row.id, attempt)
-
-
-def _url(store: ObjectStore, settings: Settings, row: Any, attempt: int, token_hash: str,
-         kind: str) -> str:
-    key = input_key(row, attempt, kind)
-    presigned = store.presigned_get_url(key, row.spec["timeout_s"] + INPUT_URL_SLACK_S)
-    if presigned:
-        return presigned
-    signature = upload_signature(token_hash, row.id, attempt, f"input:{kind}")
-    return (f"{settings.resolved_controller_url}/v1/sandboxes/{row.id}/inputs/{kind}"
-            f"?attempt={attempt}&signature={signature}")

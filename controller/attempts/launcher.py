@@ -13,21 +13,20 @@ from typing import Any
 from sqlalchemy import Connection, Engine, bindparam, func, insert, update
 
 from controller import metrics
-from controller.attempts.finisher import Outcome, finish_attempt
+from controller.attempts.finisher import Finisher, Outcome
 from controller.attempts.inputs import prepare_inputs
+from controller.attempts.urls import AttemptUrls
 from controller.backends.base import Backend, Resources, SandboxSpec
 from controller.db.schema import attempts, sandboxes
 from controller.errors import BackendError, SimpleError, StoreError
-from controller.intake.tokens import hash_token, new_token, upload_signature
+from controller.intake.tokens import hash_token, new_token
 from controller.logs import log_context
 from controller.settings import Settings
 from controller.states import SandboxStatus
-from controller.store.base import ObjectStore, snapshot_key, stage_input_key
+from controller.store.base import ObjectStore
 from sandbox_image.contract import SandboxEnv
 
 logger = logging.getLogger(__name__)
-
-UPLOAD_URL_SLACK_S = 600
 
 
 @dataclass(frozen=True)
@@ -39,10 +38,20 @@ class Claim:
 
 
 class Launcher:
+    """Claims attempts in the database, then has the backend start them, with the URLs
+    `urls` makes; a launch that fails is ended by `finisher`."""
+
     def __init__(
-        self, engine: Engine, backend: Backend, store: ObjectStore, settings: Settings
+        self,
+        engine: Engine,
+        backend: Backend,
+        store: ObjectStore,
+        settings: Settings,
+        urls: AttemptUrls,
+        finisher: Finisher,
     ) -> None:
         self.engine, self.backend, self.store, self.settings = engine, backend, store, settings
+        self.urls, self.finisher = urls, finisher
 
     def claim(self, run: Any, row: Any, now: datetime) -> Claim | None:
         """Mark the next attempt running in the database (fast); None if already claimed."""
@@ -94,16 +103,10 @@ class Launcher:
             if isinstance(e, BackendError):
                 metrics.backend_error(self.backend, "launch")
             logger.warning("launch of sandbox %s attempt %d failed: %s", row.id, row.attempt, e)
-            finish_attempt(
-                self.engine,
-                self.backend,
-                self.store,
-                self.settings,
-                row,
-                Outcome(SandboxStatus.FAILED, None, f"launch failed: {e}", transient=e.transient),
-                now,
-                rng,
+            failed = Outcome(
+                SandboxStatus.FAILED, None, f"launch failed: {e}", transient=e.transient
             )
+            self.finisher.finish(row, failed, now, rng)
             return False
         return True
 
@@ -112,7 +115,9 @@ class Launcher:
         row, spec = claim.row, claim.spec
         if not row.spec.get("items") and row.attempt == 1:
             return spec
-        inputs = prepare_inputs(self.store, self.settings, row, row.attempt, row.token_hash)
+        inputs = prepare_inputs(
+            self.store, self.urls, self.settings, row, row.attempt, row.token_hash
+        )
         checkpoint = inputs.checkpoint
         with self.engine.begin() as conn:
             conn.execute(
@@ -136,10 +141,11 @@ class Launcher:
     def build_spec(
         self, run_id: str, row: Any, attempt: int, token: str, token_hash: str
     ) -> SandboxSpec:
-        url = self.snapshot_url(run_id, row.id, attempt, token_hash, row.spec["timeout_s"])
+        timeout_s = row.spec["timeout_s"]
+        url = self.urls.snapshot(run_id, row.id, attempt, token_hash, timeout_s)
         stage = getattr(row, "stage", 0) or 0
         input_url = (
-            self.input_url(run_id, row.id, stage, attempt, token_hash, row.spec["timeout_s"])
+            self.urls.input("stage", run_id, row.id, attempt, token_hash, timeout_s, stage)
             if stage > 0
             else None
         )
@@ -154,42 +160,6 @@ class Launcher:
             self.settings.resolved_controller_url,
             self.settings.controller_id,
             input_url=input_url,
-        )
-
-    def snapshot_url(
-        self, run_id: str, sandbox_id: str, attempt: int, token_hash: str, timeout_s: int
-    ) -> str:
-        """A presigned store URL, or the controller's own upload endpoint, signed."""
-        key = snapshot_key(run_id, sandbox_id, attempt)
-        presigned = self.store.presigned_put_url(key, timeout_s + UPLOAD_URL_SLACK_S)
-        if presigned:
-            return presigned
-        signature = upload_signature(token_hash, sandbox_id, attempt)
-        return (
-            f"{self.settings.resolved_controller_url}/v1/sandboxes/{sandbox_id}/snapshot"
-            f"?attempt={attempt}&signature={signature}"
-        )
-
-
-    def input_url(
-        self,
-        run_id: str,
-        sandbox_id: str,
-        stage: int,
-        attempt: int,
-        token_hash: str,
-        timeout_s: int,
-    ) -> str:
-        """SIMPLE_INPUT_URL: a presigned store URL, or the controller's download route, signed."""
-        presigned = self.store.presigned_get_url(
-            stage_input_key(run_id, stage), timeout_s + UPLOAD_URL_SLACK_S
-        )
-        if presigned:
-            return presigned
-        signature = upload_signature(token_hash, sandbox_id, attempt, "input:stage")
-        return (
-            f"{self.settings.resolved_controller_url}/v1/sandboxes/{sandbox_id}/inputs/stage"
-            f"?attempt={attempt}&signature={signature}"
         )
 
 

@@ -6,6 +6,7 @@ at a thousand sandboxes, a thousand more writers queued on SQLite's one write lo
 the passes' claims waited behind them. Now a caller that finds no stamps being written
 writes every stamp queued meanwhile, its own and the others', in one transaction; the
 others wait for that commit (their stamp is written when `stamp` returns, as before).
+One `Stamps` per database, owned by its controller (`controller.service.Controller`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import threading
 from concurrent.futures import Future
 from datetime import datetime
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from sqlalchemy import Engine, bindparam, update
 
@@ -40,26 +40,30 @@ class _Stamp:
         self.done: Future[None] = Future()
 
 
-class _Stamps:
-    """The stamps of one database, queued, and whether a caller is writing them (the
-    engine is not kept: it is this object's key in a weak dictionary)."""
+class Stamps:
+    """The stamps of one database, queued, and whether a caller is writing them."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
         self._lock = threading.Lock()
         self._queued: list[_Stamp] = []
         self._writing = False
 
-    def stamp(self, engine: Engine, sandbox_id: str, attempt: int, log: str | None,
+    def stamp(self, sandbox_id: str, attempt: int, log: str | None,
               recorded_at: datetime | None) -> None:
+        """Write where the attempt's log went and when its end was committed (either may be
+        None), in a transaction shared with the stamps other threads queued meanwhile."""
+        if not log and not recorded_at:
+            return
         entry = _Stamp({"b_id": sandbox_id, "b_attempt": attempt}, log, recorded_at)
         with self._lock:
             self._queued.append(entry)
             lead, self._writing = not self._writing, True
         if lead:
-            self._write_queued(engine)
+            self._write_queued()
         entry.done.result(timeout=STAMP_WAIT_S)  # raises what writing it raised
 
-    def _write_queued(self, engine: Engine) -> None:
+    def _write_queued(self) -> None:
         """Write groups until none is left (stamps queued during a write come next)."""
         while True:
             with self._lock:
@@ -68,7 +72,7 @@ class _Stamps:
                     self._writing = False
                     return
             try:
-                _write(engine, group)
+                _write(self.engine, group)
             except Exception as e:  # every waiter learns it; the next group tries afresh
                 for entry in group:
                     entry.done.set_exception(e)
@@ -85,20 +89,3 @@ def _write(engine: Engine, group: list[_Stamp]) -> None:
             conn.execute(STAMP_LOG, logs)
         if ends:
             conn.execute(END_ATTEMPT, ends)
-
-
-_by_engine: WeakKeyDictionary[Engine, _Stamps] = WeakKeyDictionary()
-_by_engine_lock = threading.Lock()
-
-
-def stamp(engine: Engine, sandbox_id: str, attempt: int, log: str | None,
-          recorded_at: datetime | None) -> None:
-    """Write where the attempt's log went and when its end was committed (either may be
-    None), in a transaction shared with the stamps other threads queued meanwhile."""
-    if not log and not recorded_at:
-        return
-    with _by_engine_lock:
-        stamps = _by_engine.get(engine)
-        if stamps is None:
-            stamps = _by_engine[engine] = _Stamps()
-    stamps.stamp(engine, sandbox_id, attempt, log, recorded_at)

@@ -7,11 +7,13 @@ being down, its requests are written one by one, so one bad batch fails alone.
 
 The queue is bounded (in events): a batch that would overfill it is refused at once
 with `BusyError` (429 and Retry-After), stored nowhere; the sender redelivers it.
-A request is answered only after its transaction committed.
+A request is answered only after its transaction committed. Each controller has its
+own writer; `close` (at the controller's) writes what is queued and ends the thread.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import queue
 import threading
@@ -23,13 +25,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
 from controller import metrics
 from controller.errors import BusyError
-from controller.intake.ingest import (
-    EventRequest,
-    fail_request,
-    first_line,
-    write_alone,
-    write_group,
-)
+from controller.intake.event_batch import EventRequest
+from controller.intake.ingest import fail_request, first_line, write_alone, write_group
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +34,7 @@ MAX_GROUP_REQUESTS = 256
 MAX_GROUP_EVENTS = 10_000
 WRITER_LINGER_S = 1.0  # keep the connection this long after a group, for the next one
 WRITER_IDLE_EXIT_S = 5.0  # end the thread after this long without work
+CLOSE_WAIT_S = 30.0  # how long `close` waits for what is queued to be written
 
 
 def _is_disconnect(e: SQLAlchemyError) -> bool:
@@ -47,6 +45,13 @@ def _is_disconnect(e: SQLAlchemyError) -> bool:
 
 
 Pending = tuple[EventRequest, "Future[dict[str, Any]]"]
+
+
+class _Idle(enum.Enum):
+    """What the writer thread does when nothing more is queued."""
+
+    RELEASE = "let the kept connection go, and wait on"
+    END = "end the thread"
 
 
 class EventWriter:
@@ -64,10 +69,11 @@ class EventWriter:
         self.engine = engine
         self.max_queued_events = max_queued_events
         self.retry_after_s = retry_after_s
-        self._queue: queue.Queue[Pending] = queue.Queue()
+        self._queue: queue.Queue[Pending | None] = queue.Queue()  # None: `close` asks
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._queued_events = 0  # in batches waiting in `_queue`
+        self._close_asked = False  # the thread took `close`'s marker: end once idle
 
     @property
     def depth(self) -> int:
@@ -96,6 +102,16 @@ class EventWriter:
                 self._thread.start()
         return future
 
+    def close(self, timeout_s: float = CLOSE_WAIT_S) -> None:
+        """Write what is queued, then end the thread now rather than after its idle wait
+        (a later `submit` starts another)."""
+        with self._lock:
+            thread = self._thread
+            if thread is None:
+                return
+            self._queue.put(None)
+        thread.join(timeout_s)
+
     def _run(self) -> None:
         conn: Connection | None = None  # kept while work keeps coming
         try:
@@ -104,29 +120,42 @@ class EventWriter:
                 first = self._take(
                     WRITER_LINGER_S if held else WRITER_IDLE_EXIT_S, exit_when_idle=not held
                 )
-                if first is not None:
+                if first is _Idle.END:
+                    return
+                if first is not _Idle.RELEASE:
                     conn = self._write(conn, self._fill([first]))
                 elif conn is not None:
                     conn.close()
                     conn = None
-                else:
-                    return
         finally:
             if conn is not None:
                 conn.close()
 
-    def _take(self, timeout_s: float, exit_when_idle: bool) -> Pending | None:
-        """The next queued request, or None; with `exit_when_idle`, None ends the thread."""
-        try:
-            return self._taken(self._queue.get(timeout=timeout_s))
-        except queue.Empty:
-            if not exit_when_idle:
-                return None
-        with self._lock:
-            if self._queue.empty():
-                self._thread = None
-                return None
-        return self._taken(self._queue.get_nowait())
+    def _take(self, timeout_s: float, exit_when_idle: bool) -> Pending | _Idle:
+        """The next queued request, or what to do with none: with `exit_when_idle` (or
+        once `close` asked) the thread ends, else it lets its connection go."""
+        if self._close_asked:  # `close` is waiting: no idle wait
+            timeout_s = 0.0
+        while True:
+            try:
+                return self._taken(self._get(timeout_s))
+            except queue.Empty:
+                if not (exit_when_idle or self._close_asked):
+                    return _Idle.RELEASE
+            with self._lock:
+                if self._queue.empty():
+                    self._thread, self._close_asked = None, False
+                    return _Idle.END
+            timeout_s = 0.0  # queued meanwhile: take it at once
+
+    def _get(self, timeout_s: float | None) -> Pending:
+        """The next queued request, waiting up to `timeout_s` (None: not at all);
+        queue.Empty when there is none, or when `close`'s marker came instead."""
+        item = self._queue.get(block=timeout_s is not None, timeout=timeout_s)
+        if item is None:
+            self._close_asked = True
+            raise queue.Empty
+        return item
 
     def _taken(self, item: Pending) -> Pending:
         with self._lock:
@@ -138,7 +167,7 @@ class EventWriter:
         events_in_group = sum(len(request.batch) for request, _ in group)
         while len(group) < MAX_GROUP_REQUESTS and events_in_group < MAX_GROUP_EVENTS:
             try:
-                item = self._taken(self._queue.get_nowait())
+                item = self._taken(self._get(None))
             except queue.Empty:
                 break
             group.append(item)

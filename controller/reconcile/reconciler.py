@@ -24,13 +24,15 @@ from sqlalchemy import Engine, func, select, update
 
 from controller import metrics
 from controller.attempts.exit_path import ExitPath
-from controller.attempts.finisher import Outcome, archive_logs
+from controller.attempts.finisher import Finisher, Outcome, archive_logs
 from controller.attempts.launcher import Launcher
 from controller.attempts.outcomes import classify, exit_outcome, run_outcome
+from controller.attempts.urls import AttemptUrls
 from controller.backends.base import Backend, Observed, ObservedState
 from controller.catalog.stages import stages_from_plan
 from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError
+from controller.intake.tokens import Signer
 from controller.logs import log_context
 from controller.reconcile.alerts import raise_cost_alerts
 from controller.reconcile.pass_reads import (
@@ -76,11 +78,16 @@ class Reconciler:
         settings: Settings,
         clock: Clock = utcnow,
         rng: random.Random | None = None,
+        urls: AttemptUrls | None = None,
+        finisher: Finisher | None = None,
     ) -> None:
         self.engine, self.backend, self.store, self.settings = engine, backend, store, settings
         self.clock = clock
         self.rng = rng or random.Random()
-        self.launcher = Launcher(engine, backend, store, settings)
+        # A controller passes its own; a reconciler made alone signs with a key of its own.
+        urls = urls or AttemptUrls(store, Signer.ephemeral(), settings.resolved_controller_url)
+        finisher = finisher or Finisher(engine, backend, store, settings)
+        self.launcher = Launcher(engine, backend, store, settings, urls, finisher)
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -89,7 +96,7 @@ class Reconciler:
         self._full_due = threading.Event()
         self._stops_under_way: set[tuple[str, int]] = set()  # attempts being stopped
         self._last_full = 0.0
-        self.exits = ExitPath(engine, backend, store, settings, clock, self.rng, self._nudge)
+        self.exits = ExitPath(finisher, clock, self.rng, self._nudge)
         backend.listen_for_exits(self._pushed_exit)
         self.passes = 0
         self.pass_seconds: deque[float] = deque(maxlen=PASS_HISTORY)

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastapi.security import HTTPAuthorizationCredentials
 
-from controller.api import deps
+from controller.api import auth, deps
 from controller.api.listeners import is_sandbox_route
 from controller.errors import UnauthorizedError
 from tests.ci.conftest import Served
@@ -102,7 +102,7 @@ def compare_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(deps.hmac, "compare_digest", spy)
+    monkeypatch.setattr(auth.hmac, "compare_digest", spy)
     return calls
 
 

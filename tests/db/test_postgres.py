@@ -33,7 +33,8 @@ from controller.db.engine import check_ready, create_db_engine, head_revision, u
 from controller.db.schema import events, result_runs, result_steps, sandboxes
 from controller.errors import SnapshotRejected, UnavailableError
 from controller.intake.aggregator import load_snapshot, read_snapshot
-from controller.intake.ingest import EventRequest, IncomingEvent, write_group
+from controller.intake.event_batch import EventRequest, IncomingEvent
+from controller.intake.ingest import write_group
 from controller.intake.tokens import hash_token
 from controller.planning.model import PlanRequest
 from controller.results.report import fetch_report

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import pytest
 
-from controller.attempts.launcher import UPLOAD_URL_SLACK_S
+from controller.attempts.urls import URL_SLACK_S
 from controller.backends.base import SandboxSpec
 from controller.cli.embedded import EmbeddedServer
 from controller.db.schema import result_runs
@@ -120,7 +120,7 @@ def test_quick_suite_on_postgres_and_s3(tmp_path: Path, pg_server_url: str,
         assert f"{url.scheme}://{url.netloc}" == s3_server.endpoint_url
         assert url.path == (f"/{TEST_BUCKET}/{s3_prefix}/snapshots/{run_id}/"
                             f"{spec.sandbox_id}/attempt-1.sqlite")
-        assert query["X-Amz-Expires"] == [str(spec.timeout_s + UPLOAD_URL_SLACK_S)]
+        assert query["X-Amz-Expires"] == [str(spec.timeout_s + URL_SLACK_S)]
         assert "X-Amz-Signature" in query
         environment = render["env"]
         assert set(environment) == set(ENV_NAMES)

@@ -32,7 +32,8 @@ from controller.backends.base import Backend, Observed, ObservedState, SandboxSp
 from controller.catalog.templates import load_catalog
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import runs, sandboxes
-from controller.intake.ingest import EventRequest, IncomingEvent, write_group
+from controller.intake.event_batch import EventRequest, IncomingEvent
+from controller.intake.ingest import write_group
 from controller.planning.model import PlanRequest
 from controller.reconcile.reconciler import Reconciler
 from controller.runs import cancel_run, create_run

@@ -196,8 +196,7 @@ def test_ending_an_attempt_never_runs_on_the_reconciler_pass(
     import threading
     from types import SimpleNamespace
 
-    from controller.attempts import exit_path as module
-    from controller.attempts.finisher import Outcome
+    from controller.attempts.finisher import Finisher, Outcome
     from controller.service import Controller
     from controller.states import SandboxStatus
 
@@ -207,7 +206,7 @@ def test_ending_an_attempt_never_runs_on_the_reconciler_pass(
         calls.append(args)
         release.wait(30)
 
-    monkeypatch.setattr(module, "finish_attempt", slow_finish)
+    monkeypatch.setattr(Finisher, "finish", slow_finish)
     controller = Controller(settings)  # type: ignore[arg-type]
     try:
         row = SimpleNamespace(id="sb-1", attempt=1)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
-from controller.attempts.finisher import Outcome, finish_attempt
+from controller.attempts.finisher import Finisher, Outcome
 from controller.backends.process.backend import ProcessBackend
 from controller.catalog.templates import load_catalog
 from controller.db.engine import create_db_engine, upgrade
@@ -233,8 +233,8 @@ def test_aggregation_waits_out_a_store_outage(s3_private_server: RcloneS3Server,
     succeeded = Outcome(SandboxStatus.SUCCEEDED, 0, None)
 
     def finish() -> Any:
-        finish_attempt(engine, backend, store, settings, row, succeeded, datetime.now(UTC),
-                       random.Random(1))
+        Finisher(engine, backend, store, settings).finish(row, succeeded, datetime.now(UTC),
+                                                          random.Random(1))
         with engine.connect() as conn:
             sandbox = conn.execute(select(sandboxes).where(sandboxes.c.id == row.id)).one()
             loaded = conn.execute(select(result_runs.c.cost_usd)

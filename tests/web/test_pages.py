@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from controller.api.web.security import SESSION_COOKIE, session_value
+from controller.api.auth import SESSION_COOKIE, session_value
 from controller.service import Controller
 from tests.web.conftest import TOKEN, XSS
 from tests.web.seed import seed_run

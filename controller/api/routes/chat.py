@@ -15,10 +15,17 @@ import hashlib
 import json
 from typing import Any
 
-from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from controller.api.deps import Authorized, BearerCredentials, SessionCookie, token_is_valid
+from controller.api.deps import (
+    Authorized,
+    BearerCredentials,
+    ControllerDep,
+    PrincipalDep,
+    SessionCookie,
+    token_is_valid,
+)
 from controller.api.responses import ChoicePublic, Interpretation, error_responses
 from controller.errors import SimpleError
 from controller.principal.conversation import Principal
@@ -61,11 +68,6 @@ class ChatReply(BaseModel):
     source: str = Field("principal", description="principal, or llm when a model phrased it")
 
 
-def _principal(request_or_ws: Request | WebSocket) -> Principal:
-    principal: Principal = request_or_ws.app.state.principal
-    return principal
-
-
 def _owner(token: str | None) -> str:
     return hashlib.sha256((token or "").encode()).hexdigest()
 
@@ -78,7 +80,7 @@ def _owner(token: str | None) -> str:
 )
 def chat(
     body: ChatTurn,
-    request: Request,
+    principal: PrincipalDep,
     credentials: BearerCredentials = None,
     session: SessionCookie = None,
 ) -> dict[str, Any]:
@@ -86,14 +88,15 @@ def chat(
     token = credentials.credentials.strip() if credentials else None
     # The dashboard's panel sends its session cookie (a digest of its token) instead.
     owner = _owner(token) if token else _owner("session:" + session if session else None)
-    return _principal(request).turn(body.conversation_id, body.message, owner, body.confirm)
+    return principal.turn(body.conversation_id, body.message, owner, body.confirm)
 
 
 @router.websocket("/ws")
-async def chat_ws(websocket: WebSocket) -> None:
+async def chat_ws(
+    websocket: WebSocket, controller: ControllerDep, principal: PrincipalDep
+) -> None:
     """The same turns over a WebSocket, with notices pushed as they arise."""
     await websocket.accept()
-    controller = websocket.app.state.controller
     token = _header_token(websocket)
     inbox: asyncio.Queue[str | None] = asyncio.Queue(maxsize=8)
     reader = asyncio.create_task(_read(websocket, inbox))
@@ -107,7 +110,7 @@ async def chat_ws(websocket: WebSocket) -> None:
                     '{"token": "<token>"}'}})
                 await websocket.close(code=4401)
                 return
-        await _converse(websocket, inbox, _principal(websocket), _owner(token))
+        await _converse(websocket, inbox, principal, _owner(token))
     finally:
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from controller import metrics
-from controller.api.deps import BearerCredentials, ControllerDep, _listed
+from controller.api.auth import token_listed
+from controller.api.deps import BearerCredentials, ControllerDep
 from controller.api.responses import error_responses
 from controller.errors import UnauthorizedError
 
@@ -26,21 +27,18 @@ router = APIRouter(tags=["health"])
         **error_responses(401),
     },
 )
-async def get_metrics(
-    request: Request, controller: ControllerDep, credentials: BearerCredentials = None
-) -> Response:
+async def get_metrics(controller: ControllerDep, credentials: BearerCredentials = None) -> Response:
     """Prometheus metrics; needs an API token or SIMPLE_METRICS_TOKEN when any is set."""
     settings = controller.settings
     accepted = [*settings.api_tokens, *([settings.metrics_token] if settings.metrics_token else [])]
     if accepted:
         token = credentials.credentials.strip() if credentials else ""
-        if not token or not _listed(token, accepted):
+        if not token or not token_listed(token, accepted):
             raise UnauthorizedError(
                 "GET /metrics needs a token",
                 hint="configure the scraper with `Authorization: Bearer <token>`, a token from "
                 "SIMPLE_API_TOKENS or SIMPLE_METRICS_TOKEN",
             )
-    writer = getattr(request.app.state, "event_writer", None)
-    depth = writer.depth if writer is not None else 0
+    depth = controller.event_writer.depth
     page = await asyncio.to_thread(metrics.render, controller.engine, depth)
     return Response(page, media_type=CONTENT_TYPE_LATEST)

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi import Path as FastApiPath
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from controller import metrics
-from controller.api.body_guard import ATTEMPT_KEY
-from controller.api.deps import Authorized, ControllerDep
-from controller.api.log_follow import FollowerSlots
+from controller.api.deps import (
+    Authorized,
+    ControllerDep,
+    EventIntakeDep,
+    FollowerSlotsDep,
+    SignerDep,
+    TokenAttempt,
+)
 from controller.api.log_follow import follow as follow_logs
 from controller.api.requests import EventBatch
 from controller.api.responses import (
@@ -22,28 +25,20 @@ from controller.api.responses import (
     SnapshotStored,
     error_responses,
 )
-from controller.attempts.inputs import input_key
+from controller.attempts.urls import SNAPSHOT_PURPOSE, input_key, input_purpose
 from controller.errors import (
     ForbiddenError,
     NotFoundError,
     PayloadTooLargeError,
-    QuotaExceededError,
-    SimpleError,
     UnauthorizedError,
 )
-from controller.intake.event_quota import EventQuota
-from controller.intake.event_writer import EventWriter
-from controller.intake.ingest import (
-    PERSISTENCE_FLAG,
-    EventRequest,
-    IncomingEvent,
-    answer_without_storing,
-    load_sandbox,
-)
-from controller.intake.tokens import signature_matches
+from controller.intake.event_batch import EventRequest, IncomingEvent
+from controller.intake.ingest import load_sandbox
+from controller.intake.tokens import Signer
 from controller.runs import get_sandbox
+from controller.service import Controller
 from controller.states import SandboxStatus
-from controller.store.base import snapshot_key, stage_input_key
+from controller.store.base import snapshot_key
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=error_responses(404, 422))
 
@@ -73,13 +68,16 @@ def sandbox_get(sandbox_id: SandboxId, controller: ControllerDep) -> dict[str, A
     },
 )
 def sandbox_logs(
-    sandbox_id: SandboxId, request: Request, controller: ControllerDep, follow: bool = False
+    sandbox_id: SandboxId,
+    controller: ControllerDep,
+    followers: FollowerSlotsDep,
+    follow: bool = False,
 ) -> Any:
     """The sandbox's output: live while it runs, archived afterwards."""
     row = load_sandbox(controller.engine, sandbox_id)
     if row.status == SandboxStatus.RUNNING:
         if follow:
-            slot = _follower_slots(request, controller).take(sandbox_id)
+            slot = followers.take(sandbox_id)
             stream = follow_logs(controller, sandbox_id, slot)
             return StreamingResponse(stream, media_type="text/plain")
         try:
@@ -101,16 +99,6 @@ def sandbox_logs(
     )
 
 
-def _follower_slots(request: Request, controller: Any) -> FollowerSlots:
-    slots: FollowerSlots | None = getattr(request.app.state, "log_followers", None)
-    if slots is None:
-        settings = controller.settings
-        slots = request.app.state.log_followers = FollowerSlots(
-            settings.log_followers_per_sandbox, settings.log_followers_total
-        )
-    return slots
-
-
 @router.post(
     "/{sandbox_id}/events",
     response_model=EventsAccepted,
@@ -120,7 +108,8 @@ async def post_events(
     sandbox_id: SandboxId,
     batch: EventBatch,
     request: Request,
-    controller: ControllerDep,
+    intake: EventIntakeDep,
+    attempt: TokenAttempt,
     authorization: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
     """The sandbox contract: store each (sandbox, event id) once; replays get the same answer.
@@ -132,40 +121,7 @@ async def post_events(
         authorization,
         [IncomingEvent(e.id, e.seq, e.type, e.time, e.data) for e in batch.events],
     )
-    state = request.app.state
-    if not getattr(state, PERSISTENCE_FLAG, True):
-        return answer_without_storing(incoming)
-    writer: EventWriter | None = getattr(state, "event_writer", None)
-    if writer is None or writer.engine is not controller.engine:
-        settings = controller.settings
-        writer = state.event_writer = EventWriter(
-            controller.engine, settings.ingest_queue_max_events, settings.ingest_retry_after_s
-        )
-    # BodyGuard found the attempt whose token this is (none: the writer answers 401/403).
-    attempt: int | None = getattr(request.state, ATTEMPT_KEY, None)
-    cost = None
-    try:
-        if attempt is not None:
-            cost = (sandbox_id, attempt, len(batch.events), len(await request.body()))
-            await asyncio.to_thread(_event_quota(request, controller).reserve, *cost)
-        return await asyncio.wrap_future(writer.submit(incoming))
-    except SimpleError as e:
-        metrics.EVENTS_REJECTED.labels(str(e.status_code)).inc()
-        if cost is not None and not isinstance(e, QuotaExceededError | PayloadTooLargeError):
-            _event_quota(request, controller).release(*cost)
-        raise
-
-
-def _event_quota(request: Request, controller: Any) -> EventQuota:
-    quota: EventQuota | None = getattr(request.app.state, "event_quota", None)
-    if quota is None or quota.engine is not controller.engine:
-        settings = controller.settings
-        quota = request.app.state.event_quota = EventQuota(
-            controller.engine,
-            settings.events_max_per_attempt,
-            settings.events_max_bytes_per_attempt,
-        )
-    return quota
+    return await intake.accept(incoming, attempt, len(await request.body()))
 
 
 @router.put(
@@ -187,24 +143,16 @@ async def put_snapshot(
     sandbox_id: SandboxId,
     request: Request,
     controller: ControllerDep,
+    signer: SignerDep,
     attempt: Annotated[int, Query(ge=1)],
     signature: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
 ) -> dict[str, Any]:
     """Where sandboxes upload snapshots when the store has no presigned URLs (local store)."""
-    try:
-        row = load_sandbox(controller.engine, sandbox_id)
-    except NotFoundError:  # the same answer as a wrong signature: ids are not probed here
-        row = None
-    if row is None or not signature_matches(signature, row.token_hash, sandbox_id, attempt):
-        raise UnauthorizedError(
-            f"invalid upload signature for sandbox {sandbox_id}",
-            hint="PUT to SIMPLE_SNAPSHOT_URL exactly as given",
-        )
-    if row.attempt != attempt or row.status != SandboxStatus.RUNNING:
-        raise ForbiddenError(
-            f"attempt {attempt} of sandbox {sandbox_id} is over",
-            hint="only the running attempt may upload",
-        )
+    row = _signed_attempt(
+        controller, signer, sandbox_id, attempt, signature, SNAPSHOT_PURPOSE,
+        refused=(f"invalid upload signature for sandbox {sandbox_id}",
+                 "PUT to SIMPLE_SNAPSHOT_URL exactly as given"),
+    )
     limit = controller.settings.snapshot_max_bytes
     body = bytearray()
     async for chunk in request.stream():
@@ -235,29 +183,49 @@ def get_input(
     sandbox_id: SandboxId,
     kind: Annotated[str, FastApiPath(pattern="^(items|resume|stage)$")],
     controller: ControllerDep,
+    signer: SignerDep,
     attempt: Annotated[int, Query(ge=1)],
     signature: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
 ) -> Response:
     """SIMPLE_ITEMS_URL, SIMPLE_RESUME_URL and SIMPLE_INPUT_URL when the store has no
     presigned URLs: signed for one attempt of one sandbox and one kind of input."""
-    row = load_sandbox(controller.engine, sandbox_id)
-    if not signature_matches(signature, row.token_hash, sandbox_id, attempt, f"input:{kind}"):
-        raise UnauthorizedError(
-            f"invalid signature for the {kind} input of sandbox {sandbox_id}",
-            hint="GET the URL exactly as given in the environment",
-        )
-    if row.attempt != attempt or row.status != SandboxStatus.RUNNING:
-        raise ForbiddenError(
-            f"attempt {attempt} of sandbox {sandbox_id} is over",
-            hint="only the running attempt may read its inputs",
-        )
-    if kind == "stage":
-        data = controller.store.get(
-            stage_input_key(row.run_id, row.stage),
-            max_bytes=controller.settings.snapshot_max_bytes * 64,
-        )
-    else:
-        data = controller.store.get(input_key(row, attempt, kind))
+    row = _signed_attempt(
+        controller, signer, sandbox_id, attempt, signature, input_purpose(kind),
+        refused=(f"invalid signature for the {kind} input of sandbox {sandbox_id}",
+                 "GET the URL exactly as given in the environment"),
+    )
+    key = input_key(kind, row.run_id, sandbox_id, attempt, row.stage)
+    # The stage input holds a whole stage's rows: allowed as much as 64 snapshots.
+    limit = controller.settings.snapshot_max_bytes * 64 if kind == "stage" else None
+    data = controller.store.get(key, max_bytes=limit)
     if data is None:
         raise NotFoundError(f"sandbox {sandbox_id} attempt {attempt} has no {kind} input")
     return Response(data, media_type="application/octet-stream")
+
+
+def _signed_attempt(
+    controller: Controller,
+    signer: Signer,
+    sandbox_id: str,
+    attempt: int,
+    signature: str,
+    purpose: str,
+    refused: tuple[str, str],
+) -> Any:
+    """The sandbox's row, if `signature` is the controller's for this attempt and purpose
+    and that attempt still runs. An unknown sandbox gets the same 401 as a wrong signature,
+    so sandbox ids cannot be probed without one; a signed attempt that is over gets 403."""
+    try:
+        row = load_sandbox(controller.engine, sandbox_id)
+    except NotFoundError:
+        row = None
+    token_hash = row.token_hash if row is not None else None
+    if row is None or not signer.verify(signature, token_hash, sandbox_id, attempt, purpose):
+        message, hint = refused
+        raise UnauthorizedError(message, hint=hint)
+    if row.attempt != attempt or row.status != SandboxStatus.RUNNING:
+        raise ForbiddenError(
+            f"attempt {attempt} of sandbox {sandbox_id} is over",
+            hint="only the running attempt may use its signed URLs",
+        )
+    return row

@@ -11,16 +11,14 @@ from urllib.parse import parse_qs, quote
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import RedirectResponse
 
-from controller.api.deps import ControllerDep, _listed
+from controller.api.auth import SESSION_COOKIE, session_valid, session_value, token_listed
+from controller.api.deps import ControllerDep
 from controller.api.web.render import login_page
 from controller.api.web.security import (
     SECURITY_HEADERS,
-    SESSION_COOKIE,
     SESSION_MAX_AGE_S,
     csrf_token,
     safe_next,
-    session_valid,
-    session_value,
 )
 from controller.errors import NotFoundError, PayloadTooLargeError, UnauthorizedError
 
@@ -59,7 +57,7 @@ def _viewer(request: Request, controller: ControllerDep) -> Viewer | None:
     if session_valid(session, tokens):
         return Viewer(csrf=csrf_token(session), login=True)
     auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer ") and _listed(auth[7:].strip(), tokens):
+    if auth.lower().startswith("bearer ") and token_listed(auth[7:].strip(), tokens):
         return Viewer(csrf="", login=True)
     return None
 
@@ -115,7 +113,7 @@ async def login(request: Request, controller: ControllerDep) -> Response:
     tokens = controller.settings.api_tokens
     if not tokens:
         return RedirectResponse(target, status_code=303)
-    if not token or not _listed(token, tokens):
+    if not token or not token_listed(token, tokens):
         return login_page(401, next=target, error="That token is not valid here.")
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(

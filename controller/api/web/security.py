@@ -1,11 +1,11 @@
-"""The dashboard's session cookie, CSRF tokens, Content-Security-Policy and origin guard.
+"""The dashboard's CSRF tokens, Content-Security-Policy and origin guard.
 
-With SIMPLE_API_TOKENS set, a browser logs in once with a token; the cookie it gets
-holds a digest of that token (never the token), HttpOnly and SameSite=Strict, so
-removing the token from SIMPLE_API_TOKENS ends its sessions too. State-changing
-requests made with the cookie must carry `X-CSRF-Token` (the page's token, derived
-from the session); any state-changing request whose Origin is another site is refused,
-cookie or not, so a web page cannot drive a loopback controller without tokens either.
+With SIMPLE_API_TOKENS set, a browser logs in once with a token; the session cookie it
+gets (`controller.api.auth`: a digest of the token, never the token) is HttpOnly and
+SameSite=Strict. State-changing requests made with the cookie must carry `X-CSRF-Token`
+(the page's token, derived from the session); any state-changing request whose Origin is
+another site is refused, cookie or not, so a web page cannot drive a loopback controller
+without tokens either.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
 
-SESSION_COOKIE = "simple_session"
+from controller.api.auth import SESSION_COOKIE, session_valid
+
 CSRF_HEADER = "x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SESSION_MAX_AGE_S = 7 * 24 * 3600
@@ -34,22 +35,6 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
 }
-
-
-def session_value(token: str) -> str:
-    """What the cookie holds for a token: a one-way digest, useless as a bearer token."""
-    return hashlib.sha256(b"simple-dashboard-session\0" + token.encode()).hexdigest()
-
-
-def session_valid(value: str | None, tokens: list[str]) -> bool:
-    """Constant time over every configured token."""
-    if not value or not tokens:
-        return False
-    given = value.encode()
-    matched = False
-    for token in tokens:
-        matched |= hmac.compare_digest(given, session_value(token).encode())
-    return matched
 
 
 def csrf_token(session: str | None) -> str:
