@@ -54,8 +54,9 @@ from sandbox_image.gather import (
     read_input,
     record_input,
 )
-from sandbox_image.outbox import Deadline, EventSender, Outbox, utc_now_iso
+from sandbox_image.outbox import EventSender, Outbox, utc_now_iso
 from sandbox_image.resume import MAX_CHECKPOINT_BYTES, Restored, ResumeError, restore
+from sandbox_image.retry import Deadline
 from sandbox_image.simulation import (
     Cancelled,
     ConfigError,
