@@ -25,15 +25,17 @@ from controller.backends.kubernetes.api import (
 from controller.backends.kubernetes.calls import KubeCalls
 from controller.backends.kubernetes.informer import Informer
 from controller.backends.kubernetes.job import (
-    CONFIG_ERROR_GRACE_S,
     CONTAINER_NAME,
-    attempt_key,
     build_job,
     build_secret,
+    secret_name,
+)
+from controller.backends.kubernetes.job_status import (
+    CONFIG_ERROR_GRACE_S,
+    attempt_key,
     object_name,
     observe_job,
     pod_order,
-    secret_name,
 )
 from controller.errors import BackendError, NotFoundError, UnavailableError
 from sandbox_image.contract import (
