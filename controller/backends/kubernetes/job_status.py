@@ -62,6 +62,23 @@ def observe_job(
         )
 
     pod = max(pods, key=pod_order, default=None)
+    ended = _ended(job, pod)
+    if ended is not None:
+        return seen(ObservedState.EXITED, **ended)
+    if pod is None:
+        return seen(ObservedState.PENDING)
+    stuck = _stuck(pod, now, unschedulable_grace_s, config_error_grace_s)
+    if stuck is not None:
+        return seen(ObservedState.EXITED, reason=stuck)
+    if (pod.get("status") or {}).get("phase") == "Pending":
+        return seen(ObservedState.PENDING)
+    # Running, or ended and waiting for the Job controller to set its condition.
+    return seen(ObservedState.RUNNING)
+
+
+def _ended(job: Mapping[str, Any], pod: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """How the attempt ended, by the Job's Complete or Failed condition (as `Observed`
+    fields); None while the Job has neither."""
     terminated = _container_state(pod, "terminated")
     conditions = {
         c.get("type"): c
@@ -69,62 +86,39 @@ def observe_job(
         if c.get("status") == "True"
     }
     if "Complete" in conditions:
-        return seen(
-            ObservedState.EXITED,
-            exit_code=0,
-            exited_at=_exited_at(terminated, conditions["Complete"]),
-        )
-    if "Failed" in conditions:
-        failed = conditions["Failed"]
-        exit_code = _as_int(terminated.get("exitCode"))
-        exited_at = _exited_at(terminated, failed)
-        if failed.get("reason") == "DeadlineExceeded":
-            return seen(
-                ObservedState.EXITED,
-                exit_code=exit_code,
-                deadline_exceeded=True,
-                exited_at=exited_at,
-            )
-        if terminated:
-            return seen(
-                ObservedState.EXITED,
-                exit_code=exit_code,
-                exited_at=exited_at,
-                oom_killed=terminated.get("reason") == "OOMKilled",
-            )
-        return seen(
-            ObservedState.EXITED,
-            exited_at=exited_at,
-            reason=_describe(failed.get("reason", "Failed"), failed.get("message")),
-        )
-    if pod is None:
-        return seen(ObservedState.PENDING)
+        return {"exit_code": 0, "exited_at": _exited_at(terminated, conditions["Complete"])}
+    if "Failed" not in conditions:
+        return None
+    failed = conditions["Failed"]
+    exit_code = _as_int(terminated.get("exitCode"))
+    exited_at = _exited_at(terminated, failed)
+    if failed.get("reason") == "DeadlineExceeded":
+        return {"exit_code": exit_code, "deadline_exceeded": True, "exited_at": exited_at}
+    if terminated:
+        return {"exit_code": exit_code, "exited_at": exited_at,
+                "oom_killed": terminated.get("reason") == "OOMKilled"}
+    return {"exited_at": exited_at,
+            "reason": _describe(failed.get("reason", "Failed"), failed.get("message"))}
+
+
+def _stuck(pod: Mapping[str, Any], now: float, unschedulable_grace_s: float,
+           config_error_grace_s: float) -> str | None:
+    """Why the Pod will never run on its own (with a hint of what to fix), or None: an image
+    that cannot be pulled, a container config the kubelet refuses, no node that fits."""
     waiting = _container_state(pod, "waiting")
     if waiting.get("reason") in IMAGE_PULL_REASONS:
-        return seen(
-            ObservedState.EXITED,
-            reason=_describe(waiting["reason"], waiting.get("message"), IMAGE_PULL_HINT),
-        )
+        return _describe(waiting["reason"], waiting.get("message"), IMAGE_PULL_HINT)
     created = _timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
     if (
         waiting.get("reason") == CONFIG_ERROR_REASON
         and created is not None
         and now - created >= config_error_grace_s
     ):
-        return seen(
-            ObservedState.EXITED,
-            reason=_describe(CONFIG_ERROR_REASON, waiting.get("message"), CONFIG_ERROR_HINT),
-        )
+        return _describe(CONFIG_ERROR_REASON, waiting.get("message"), CONFIG_ERROR_HINT)
     unschedulable = _unschedulable_since(pod)
     if unschedulable is not None and now - unschedulable[0] >= unschedulable_grace_s:
-        return seen(
-            ObservedState.EXITED,
-            reason=_describe("Unschedulable", unschedulable[1], UNSCHEDULABLE_HINT),
-        )
-    if (pod.get("status") or {}).get("phase") == "Pending":
-        return seen(ObservedState.PENDING)
-    # Running, or ended and waiting for the Job controller to set its condition.
-    return seen(ObservedState.RUNNING)
+        return _describe("Unschedulable", unschedulable[1], UNSCHEDULABLE_HINT)
+    return None
 
 
 def _container_state(pod: Mapping[str, Any] | None, which: str) -> dict[str, Any]:
