@@ -1,4 +1,4 @@
-"""The controller side's one retry-backoff formula (the sandbox side's: `outbox.Backoff`).
+"""The controller side's one retry-backoff formula (the sandbox's: `sandbox_image.retry`).
 
 Capped exponential backoff: the ceiling after failed attempt `n` (1-based) is
 `min(cap, base * 2**(n-1))`; the caller's jitter picks where under it to wait.

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sandbox_image.simulation import Cancelled, ConfigError
+from sandbox_image.simulation import Cancelled
+from sandbox_image.simulation_config import ConfigError
 
 MAX_ITEMS = 100_000
 MAX_ITEM_ID = 200

@@ -11,7 +11,7 @@ import logging
 
 import httpx
 
-from sandbox_image.outbox import Backoff, Deadline, retry_after_s
+from sandbox_image.retry import Backoff, Deadline, retry_after_s
 
 logger = logging.getLogger(__name__)
 

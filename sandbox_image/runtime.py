@@ -24,47 +24,29 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sqlite3
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 import httpx
 
-from sandbox_image.batch import (
-    MAX_ITEMS,
-    Item,
-    ItemResult,
-    ItemsError,
-    builtin_evaluate,
-    load_entrypoint,
-    parse_items,
-    run_items,
-)
+from sandbox_image.batch import ItemResult, ItemsError, run_items
 from sandbox_image.contract import ContractError, EventType, SandboxEnv
-from sandbox_image.fetch import FetchError, fetch_bytes
-from sandbox_image.gather import (
-    INPUT_SCHEMA_SQL,
-    MAX_INPUT_BYTES,
-    InputError,
-    read_input,
-    record_input,
-)
-from sandbox_image.outbox import Deadline, EventSender, Outbox, utc_now_iso
-from sandbox_image.resume import MAX_CHECKPOINT_BYTES, Restored, ResumeError, restore
+from sandbox_image.fetch import FetchError
+from sandbox_image.gather import InputError
+from sandbox_image.inputs import INPUT_FETCH_BUDGET_S, Inputs, fetch_inputs
+from sandbox_image.outbox import EventSender, Outbox, utc_now_iso
+from sandbox_image.retry import Deadline
+from sandbox_image.shutdown import ShutdownFlag
 from sandbox_image.simulation import (
     Cancelled,
-    ConfigError,
     Simulation,
-    SimulationConfig,
     SimulationFailure,
     StepResult,
     Totals,
 )
+from sandbox_image.simulation_config import ConfigError, SimulationConfig
 from sandbox_image.snapshot import (
     SNAPSHOT_FILENAME,
     RunRecord,
@@ -83,39 +65,10 @@ FLUSH_TIMEOUT_ENV = "SIMPLE_FLUSH_TIMEOUT_S"
 DEFAULT_FLUSH_TIMEOUT_S = 60.0
 FINAL_UPLOAD_BUDGET_S = 120.0
 CHECKPOINT_UPLOAD_BUDGET_S = 15.0
-INPUT_FETCH_BUDGET_S = 120.0
-MAX_ITEMS_BYTES = 256 << 20
 # After SIGTERM the grace period before SIGKILL is short (30 s by default on Kubernetes).
 SHUTDOWN_UPLOAD_BUDGET_S = 12.0
 SHUTDOWN_FLUSH_BUDGET_S = 8.0
 EXIT_OK, EXIT_FAILED, EXIT_CONTRACT, EXIT_CANCELLED = 0, 1, 2, 143
-
-
-class ShutdownFlag:
-    """Set by SIGTERM/SIGINT; checked at step boundaries and while sleeping."""
-
-    def __init__(self) -> None:
-        self.signal_name: str | None = None
-
-    def install(self) -> None:
-        """Handle SIGTERM and SIGINT (main thread only)."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        # Only set a flag: logging here could deadlock on a lock the main thread holds.
-        self.signal_name = signal.Signals(signum).name
-
-    def is_set(self) -> bool:
-        """Whether a stop was requested."""
-        return self.signal_name is not None
-
-    def sleep(self, seconds: float) -> bool:
-        """Sleep up to `seconds`; returns True if a stop was requested meanwhile."""
-        end = time.monotonic() + seconds
-        while not self.is_set() and (left := end - time.monotonic()) > 0:
-            time.sleep(min(left, 0.05))
-        return self.is_set()
 
 
 class Runtime:
@@ -133,13 +86,9 @@ class Runtime:
         self._upload_client: httpx.Client | None = None
         self._last_checkpoint: float | None = None
         self._ballast = b""
-        self.restored: Restored | None = None
-        self.resume_error: str | None = None
-        self.items: list[Item] | None = None
-        self.entrypoint: Callable[[Any], Any] = builtin_evaluate
+        self.inputs = Inputs()
         self._item_totals = Totals()
         self.steps_total = 0
-        self.gathered: dict[str, int] = {}
 
     @property
     def run_id(self) -> str:
@@ -171,20 +120,22 @@ class Runtime:
             return self._finish_failed(
                 SimulationFailure("config_error", str(e), transient=False, step=0), Totals())
         try:
-            self._fetch_inputs()
+            self.inputs = fetch_inputs(self.env, self.store,
+                                       self._deadline(INPUT_FETCH_BUDGET_S, 0.0))
         except (FetchError, ItemsError, ConfigError, InputError) as e:
             return self._finish_failed(SimulationFailure(
                 "input_error", str(e), transient=isinstance(e, FetchError), step=0), Totals())
         simulation = Simulation(self.config, seed=self.env.seed, attempt=self.env.attempt,
                                 should_stop=self.shutdown.is_set)
-        if self.restored is not None:
-            simulation.restore(self.restored.totals, self.restored.world or {})
-        self.steps_total = self.config.steps if self.items is None else (
-            len(self.items) + (self.restored.step if self.restored else 0))
+        restored, items = self.inputs.restored, self.inputs.items
+        if restored is not None:
+            simulation.restore(restored.totals, restored.world or {})
+        self.steps_total = self.config.steps if items is None else (
+            len(items) + (restored.step if restored else 0))
         self._record_started()
         try:
             self._apply_start_hooks()
-            totals = simulation.run(self) if self.items is None else self._run_items(simulation)
+            totals = simulation.run(self) if items is None else self._run_items(simulation)
         except SimulationFailure as failure:
             return self._finish_failed(failure, simulation.totals)
         except Exception as e:
@@ -199,60 +150,12 @@ class Runtime:
         self._finish_completed(totals)
         return EXIT_OK if self.config.exit_code is None else self.config.exit_code
 
-    def _fetch_inputs(self) -> None:
-        """The items (batch templates) and the checkpoint to resume from, when given."""
-        with httpx.Client() as client:
-            deadline = self._deadline(INPUT_FETCH_BUDGET_S, 0.0)
-            if self.env.resume_url:
-                self._resume(fetch_bytes(client, self.env.resume_url, "checkpoint",
-                                         MAX_CHECKPOINT_BYTES, deadline))
-            if self.env.input_url:
-                self._gather(fetch_bytes(client, self.env.input_url, "stage input",
-                                         MAX_INPUT_BYTES, deadline))
-            elif self.env.template_config.get("gather"):
-                raise InputError("this template gathers a previous stage's results, but "
-                                 "SIMPLE_INPUT_URL is not set: run it as a later stage")
-            if self.env.items_url:
-                self.store.use_fast_commits()
-                items = parse_items(fetch_bytes(client, self.env.items_url, "items",
-                                                MAX_ITEMS_BYTES, deadline))
-                done = self.restored.item_ids if self.restored else set()
-                self.items = [i for i in items if i.item_id not in done]
-                self.entrypoint = load_entrypoint(self.env.template_config.get("entrypoint"))
-                logger.info("batch: %d items (%d done before)", len(self.items), len(done))
-                if len(self.items) + len(done) > MAX_ITEMS:
-                    raise ItemsError(f"more than {MAX_ITEMS} items")
-
-    def _gather(self, data: bytes) -> None:
-        """A later stage: read the previous stage's rows and keep them in the snapshot."""
-        stage_input = read_input(data)
-        self.store.ensure_schema(INPUT_SCHEMA_SQL)
-        with self.store.transaction() as conn:
-            record_input(conn, stage_input)
-        logger.info("gathered the previous stage: %d sandboxes, %d runs",
-                    len(stage_input.sandboxes), len(stage_input.runs))
-        self.gathered = {"input_sandboxes": len(stage_input.sandboxes),
-                         "input_runs": len(stage_input.runs)}
-
-    def _resume(self, checkpoint: bytes) -> None:
-        try:
-            restored = restore(self.store, checkpoint, self.run_id)
-            if restored.step and restored.world is None and not self.env.items_url:
-                raise ResumeError("checkpoint has no world state for its last step")
-        except ResumeError as e:
-            self.resume_error = str(e)
-            logger.warning("not resuming, starting over: %s", e)
-            self.store.reset()
-            return
-        self.restored = restored
-        logger.info("resuming after step %d (%d items done) from an earlier attempt's "
-                    "checkpoint", restored.step, len(restored.item_ids))
-
     def _run_items(self, simulation: Simulation) -> Totals:
-        assert self.items is not None
+        assert self.inputs.items is not None
         totals = self._item_totals
-        run_items(self.items, self.entrypoint, self, first_ordinal=totals.steps_completed + 1,
-                  should_stop=self.shutdown.is_set, before=simulation.check_injected_failure)
+        run_items(self.inputs.items, self.inputs.entrypoint, self,
+                  first_ordinal=totals.steps_completed + 1, should_stop=self.shutdown.is_set,
+                  before=simulation.check_injected_failure)
         return totals
 
     def commit_item(self, ordinal: int, result: ItemResult) -> None:
@@ -271,18 +174,19 @@ class Runtime:
         self._maybe_checkpoint(ordinal)
 
     def _record_started(self) -> None:
-        self._item_totals = self.restored.totals if self.restored else Totals()
+        restored = self.inputs.restored
+        self._item_totals = restored.totals if restored else Totals()
         with self.store.transaction() as conn:
             write_run(conn, self._run_record("running", self._item_totals))
             data: dict[str, object] = {
                 "attempt": self.env.attempt, "steps_total": self.steps_total,
                 "agents": self.config.agents,
-                "resumed_from_step": self.restored.step if self.restored else None}
-            if self.resume_error:
-                data["resume_error"] = self.resume_error
-            if self.items is not None:
-                data["items"] = len(self.items)
-            data.update(self.gathered)
+                "resumed_from_step": restored.step if restored else None}
+            if self.inputs.resume_error:
+                data["resume_error"] = self.inputs.resume_error
+            if self.inputs.items is not None:
+                data["items"] = len(self.inputs.items)
+            data.update(self.inputs.gathered)
             self.outbox.append(EventType.STARTED, data, conn)
         logger.info("sandbox %s started: run %s, template %s, attempt %d, seed %d, "
                     "%d agents x %d steps", self.env.sandbox_id, self.env.run_id,

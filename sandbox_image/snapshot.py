@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from sandbox_image.contract import SNAPSHOT_SCHEMA_SQL
-from sandbox_image.outbox import Backoff, Deadline, retry_after_s
+from sandbox_image.retry import Backoff, Deadline, retry_after_s
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ from controller.planning.model import PlanRequest
 from controller.runs import create_run
 from controller.settings import Settings
 from sandbox_image.contract import EVENTS_PATH, EventType
-from sandbox_image.outbox import Backoff, Deadline, EventSender, Outbox
+from sandbox_image.outbox import EventSender, Outbox
+from sandbox_image.retry import Backoff, Deadline
 from sandbox_image.snapshot import SnapshotStore
 
 SENDERS = 16

@@ -111,12 +111,7 @@ def _show(reply: dict[str, Any], as_json: bool) -> None:
 
 
 def _follow(client: ApiClient, run_id: str) -> None:
-    from controller.cli.run import _wait
+    from controller.cli.progress import wait_for_run_or_cancel
 
-    try:
-        final = _wait(client, run_id, quiet=False)
-    except KeyboardInterrupt:
-        err.print(f"cancelling run {run_id} …")
-        client.post(f"/v1/runs/{run_id}/cancel")
-        final = _wait(client, run_id, quiet=True)
+    final = wait_for_run_or_cancel(client, run_id)
     err.print(f"run {run_id}: {final['status']}")

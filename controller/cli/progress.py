@@ -1,15 +1,40 @@
-"""Live progress of a run on stderr: a bar per sandbox on a terminal, a line per change in CI."""
+"""Following a run to its end: live progress on stderr (a bar per sandbox on a terminal,
+a line per change in CI), and the one "wait, cancel on Ctrl-C" loop of `run` and `ask`."""
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Iterable, Iterator
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
+from controller.cli.common import err
+
+if TYPE_CHECKING:
+    from controller.cli.client import ApiClient
+
 FINAL_RUN = {"succeeded", "failed", "cancelled", "budget_exceeded"}
+
+
+def wait_for_run(client: ApiClient, run_id: str, quiet: bool = False) -> dict[str, Any]:
+    """Follow the run's stream to its last state, showing progress unless `quiet`."""
+    states = (
+        data for kind, data in client.stream_events(f"/v1/runs/{run_id}/stream") if kind == "run"
+    )
+    return follow_run(states, io.StringIO() if quiet else None)
+
+
+def wait_for_run_or_cancel(client: ApiClient, run_id: str) -> dict[str, Any]:
+    """Follow the run to its end; on Ctrl-C cancel it and wait, quietly, until it ends."""
+    try:
+        return wait_for_run(client, run_id)
+    except KeyboardInterrupt:
+        err.print(f"cancelling run {run_id} …")
+        client.post(f"/v1/runs/{run_id}/cancel")
+        return wait_for_run(client, run_id, quiet=True)
 
 
 def follow_run(states: Iterable[dict[str, Any]], stream: TextIO | None = None) -> dict[str, Any]:

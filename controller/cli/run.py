@@ -130,7 +130,9 @@ def run(
                 if not wait:
                     print(run_id)
                     return
-                final = _wait(client, run_id, quiet=False)
+                from controller.cli.progress import wait_for_run
+
+                final = wait_for_run(client, run_id)
                 code = _finish(client, final, as_json, junit, markdown)
         else:
             code = _run_embedded(body, catalog, backend, as_json, junit, markdown, idempotency_key)
@@ -166,6 +168,7 @@ def _run_embedded(
     key: str | None,
 ) -> Exit:
     from controller.cli.embedded import EmbeddedServer
+    from controller.cli.progress import wait_for_run_or_cancel
 
     settings = cli_settings(catalog, backend=backend)
     with (
@@ -174,12 +177,7 @@ def _run_embedded(
     ):
         _check_images(embedded, body)
         run_id = _start(client, body, key)
-        try:
-            final = _wait(client, run_id, quiet=False)
-        except KeyboardInterrupt:
-            err.print(f"cancelling run {run_id} …")
-            client.post(f"/v1/runs/{run_id}/cancel")
-            final = _wait(client, run_id, quiet=True)
+        final = wait_for_run_or_cancel(client, run_id)
         return _finish(client, final, as_json, junit, markdown)
 
 
@@ -214,19 +212,6 @@ def _start(client: ApiClient, body: dict[str, Any], key: str | None) -> str:
     for excluded in plan["excluded"]:
         err.print(f"  excluded {excluded['template_id']}: {excluded['reason']}", highlight=False)
     return str(run["run_id"])
-
-
-def _wait(client: ApiClient, run_id: str, quiet: bool) -> dict[str, Any]:
-    from controller.cli.progress import follow_run
-
-    states = (
-        data for kind, data in client.stream_events(f"/v1/runs/{run_id}/stream") if kind == "run"
-    )
-    if quiet:
-        import io
-
-        return follow_run(states, io.StringIO())
-    return follow_run(states)
 
 
 def _finish(

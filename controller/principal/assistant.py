@@ -21,7 +21,7 @@ from controller.errors import InputError, SimpleError
 from controller.language.grammar import read_request
 from controller.planning.model import PlanRequest, Priority
 from controller.principal import questions
-from controller.principal.conversation import _NO, _PICK, _YES, Conversation, Principal
+from controller.principal.conversation import Conversation, Principal
 from controller.principal.llm import Completion, LLMClient, LLMError, ToolCall
 
 if TYPE_CHECKING:
@@ -62,10 +62,7 @@ class AssistedPrincipal(Principal):
         self.client = client
 
     def respond(self, conversation: Conversation, text: str, confirm: bool) -> dict[str, Any]:
-        lowered = text.lower()
-        if (conversation.pending and (confirm or _YES.match(lowered) or _NO.match(lowered))) or (
-            _PICK.match(lowered) and conversation.choices
-        ):
+        if conversation.is_answer(text, confirm):
             return super().respond(conversation, text, confirm)
         try:
             completion = self.client.complete(self.messages(conversation))

@@ -74,6 +74,15 @@ class Conversation:
         if run_id:
             self.runs = [*[r for r in self.runs if r != run_id][-(MAX_RUNS - 1):], run_id]
 
+    def is_answer(self, text: str, confirm: bool) -> bool:
+        """True when `text` answers what this conversation asked: a yes or no to its pending
+        action, or a pick while it offers choices. The principal's own rules answer these,
+        never a model."""
+        lowered = text.lower()
+        if self.pending and (confirm or _YES.match(lowered) or _NO.match(lowered)):
+            return True
+        return bool(_PICK.match(lowered) and self.choices)
+
 
 class Conversations:
     """Bounded in-memory store: at most `limit` conversations, dropped when idle."""

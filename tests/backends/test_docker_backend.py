@@ -20,7 +20,9 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound
 
 from controller.backends.base import Observed, ObservedState, SandboxSpec
-from controller.backends.docker.backend import DockerBackend, epoch_seconds, is_transient
+from controller.backends.docker.backend import DockerBackend
+from controller.backends.docker.errors import is_transient
+from controller.backends.docker.exits import epoch_seconds
 from controller.backends.docker.spec import build_container_spec
 from controller.errors import BackendError, NotFoundError, UnavailableError
 from controller.settings import Settings

@@ -12,7 +12,7 @@ from controller.errors import InputError, SnapshotRejected
 from controller.intake.aggregator import read_snapshot
 from sandbox_image.batch import Item, ItemsError, evaluate, load_entrypoint, parse_items
 from sandbox_image.contract import SNAPSHOT_SCHEMA_SQL
-from sandbox_image.simulation import ConfigError
+from sandbox_image.simulation_config import ConfigError
 
 GOOD = ("i-1", "succeeded", 1, None, None, 3, '{"n": 1}')
 

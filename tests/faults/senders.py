@@ -19,7 +19,8 @@ from typing import Any
 import httpx
 
 from sandbox_image.contract import EventType, SandboxEnv
-from sandbox_image.outbox import Deadline, EventSender, Outbox
+from sandbox_image.outbox import EventSender, Outbox
+from sandbox_image.retry import Deadline
 from sandbox_image.snapshot import SnapshotStore
 
 # What the sandboxes run: wait for SIGUSR1 (sent once every sender has delivered), exit 0.

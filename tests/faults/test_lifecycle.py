@@ -130,8 +130,8 @@ class Lifecycle(RuleBasedStateMachine):
 
     def _new_reconciler(self) -> Reconciler:
         reconciler = Reconciler(self.engine, self.backend, self.store, self.settings,
-                                clock=lambda: self.now, rng=random.Random(0))
-        reconciler._background = Inline()  # type: ignore[assignment]
+                                clock=lambda: self.now, rng=random.Random(0),
+                                background=Inline())  # type: ignore[arg-type]
         reconciler.exits._finish_pool = Inline()  # type: ignore[assignment]
         reconciler.exits._cleanup_pool = Inline()  # type: ignore[assignment]
         return reconciler

@@ -23,9 +23,9 @@ from controller.backends.kubernetes.job import (
     SECRET_ENV_NAMES,
     build_job,
     build_secret,
-    observe_job,
     secret_name,
 )
+from controller.backends.kubernetes.job_status import observe_job
 from controller.errors import BackendError
 from controller.settings import Settings
 from sandbox_image.contract import ENV_SECRETS_DIR, SandboxEnv

@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from sandbox_image.contract import EventType
-from sandbox_image.outbox import Backoff, Deadline, EventSender, Outbox
+from sandbox_image.outbox import EventSender, Outbox
+from sandbox_image.retry import Backoff, Deadline
 from sandbox_image.snapshot import SnapshotStore, SnapshotUploadError, upload_snapshot
 
 from .conftest import Recorder

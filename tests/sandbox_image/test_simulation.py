@@ -11,13 +11,12 @@ import pytest
 from sandbox_image.simulation import (
     PRICE_PER_1K_TOKENS_USD,
     Cancelled,
-    ConfigError,
     Simulation,
-    SimulationConfig,
     SimulationFailure,
     StepResult,
     Totals,
 )
+from sandbox_image.simulation_config import ConfigError, SimulationConfig
 
 
 class ListSink:

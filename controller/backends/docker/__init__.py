@@ -1,2 +1,2 @@
 """The Docker backend: one container per sandbox (`backend`), its spec (`spec`), its network
-(`network`)."""
+(`network`), how its containers ended (`exits`) and what the engine's failures mean (`errors`)."""

@@ -2,10 +2,10 @@
 
 Containers are named after the sandbox id and carry the labels of docs/architecture.md, so
 `observe` finds them by label after a controller restart. The exit code and the
-OOM flag come from the engine's container state (`State.ExitCode`,
-`State.OOMKilled`), never guessed from exit code 137. Containers are kept after
-they exit until the controller has archived their logs and calls `remove`.
-The `docker` package is imported here only, so the embedded default never loads it.
+OOM flag come from the engine's container state (`exits`), never guessed from exit
+code 137. Containers are kept after they exit until the controller has archived their
+logs and calls `remove`. The `docker` package is imported here (and in `errors`, which
+only this module loads), so the embedded default never loads it.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import requests
 
 from controller.backends.base import Backend, Notify, Observed, ObservedState, SandboxSpec
+from controller.backends.docker.exits import exit_from_inspect
 from controller.backends.docker.spec import build_container_spec
 from controller.errors import BackendError, ConfigError, NotFoundError, UnavailableError
 from sandbox_image.contract import (
@@ -34,13 +34,22 @@ from sandbox_image.contract import (
 # Submodules, not `import docker`: the repo's docker/ scripts dir would shadow the SDK for mypy.
 try:
     from docker.client import DockerClient
-    from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+    from docker.errors import APIError, DockerException, NotFound
     from docker.models.containers import _create_container_args
 except ImportError as e:  # pragma: no cover - depends on the installed extras
     raise ConfigError(
         "the docker backend needs the docker package",
         hint="pip install 'simple-orchestrator[docker]'",
     ) from e
+
+# After the check above: these import the docker package too.
+from controller.backends.docker.errors import (
+    ENGINE_HINT,
+    describe,
+    engine_call_error,
+    launch_error,
+    unreachable,
+)
 
 if TYPE_CHECKING:
     from controller.settings import Settings
@@ -51,43 +60,9 @@ CLIENT_TIMEOUT_S = 30  # every engine call, so a hung engine cannot hang the rec
 STOP_GRACE_S = 3  # SIGTERM, then SIGKILL after this many seconds
 EVENTS_RETRY_S = 5.0
 MANAGED_FILTER = f"{LABEL_MANAGED_BY}={LABEL_MANAGED_BY_VALUE}"
-ENGINE_HINT = "start the Docker engine, or point DOCKER_HOST at it; the controller needs its socket"
-IMAGE_HINT = "build it with `make images` or set the template's image"
 
 _RUNNING_STATES = {"running", "restarting", "paused"}
 _EXITED_STATES = {"exited", "dead", "removing"}
-
-
-def is_transient(error: Exception) -> bool:
-    """Whether retrying may help: lost connections, timeouts, engine-side 5xx, busy names."""
-    if isinstance(error, requests.ConnectionError | requests.Timeout):
-        return True
-    if isinstance(error, APIError):
-        status = error.status_code
-        return status is not None and (status >= 500 or status in (408, 409, 429))
-    return False
-
-
-def epoch_seconds(timestamp: str | None) -> float | None:
-    """The engine's RFC 3339 time ("2026-11-21T05:42:23.123456789Z") in epoch seconds."""
-    if not timestamp or timestamp.startswith("0001-"):  # the zero time: never happened
-        return None
-    try:
-        moment = datetime.fromisoformat(timestamp)  # 3.11+: "Z" and nanoseconds are fine
-    except ValueError:
-        logger.warning("unreadable time from the Docker engine: %r", timestamp)
-        return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-
-
-def _unreachable(error: Exception) -> UnavailableError:
-    return UnavailableError(f"Docker engine unreachable: {_describe(error)}", hint=ENGINE_HINT)
-
-
-def _describe(error: Exception) -> str:
-    if isinstance(error, APIError) and error.explanation:
-        return str(error.explanation)
-    return str(error) or type(error).__name__
 
 
 class DockerBackend(Backend):
@@ -132,7 +107,7 @@ class DockerBackend(Backend):
         except BackendError as e:
             raise UnavailableError(e.message, hint=e.hint) from e
         except (DockerException, requests.RequestException) as e:
-            raise _unreachable(e) from e
+            raise unreachable(e) from e
         network = self._settings.docker_network
         if not network or network in ("host", "bridge", "none", "default"):
             return
@@ -145,7 +120,7 @@ class DockerBackend(Backend):
                 "or unset SIMPLE_DOCKER_NETWORK",
             ) from e
         except (DockerException, requests.RequestException) as e:
-            raise _unreachable(e) from e
+            raise unreachable(e) from e
 
     def launch(self, spec: SandboxSpec) -> None:
         kwargs = self.render(spec)
@@ -160,12 +135,12 @@ class DockerBackend(Backend):
                 self.remove(spec.sandbox_id)  # a leftover of an earlier attempt holds the name
                 container_id = _create(client, kwargs)
         except (DockerException, requests.RequestException) as e:
-            raise self._launch_error(spec, "create", e) from e
+            raise launch_error(spec, "create", e) from e
         try:
             client.api.start(container_id)
         except (DockerException, requests.RequestException) as e:
             self._remove_quietly(spec.sandbox_id)
-            raise self._launch_error(spec, "start", e) from e
+            raise launch_error(spec, "start", e) from e
         logger.info(
             "launched sandbox %s (run %s, attempt %d) as container %s",
             spec.sandbox_id,
@@ -178,7 +153,7 @@ class DockerBackend(Backend):
         try:
             summaries = self._docker().api.containers(all=True, filters={"label": MANAGED_FILTER})
         except (DockerException, requests.RequestException) as e:
-            raise self._error("list containers", e) from e
+            raise engine_call_error("list containers", e) from e
         seen: list[Observed] = []
         for summary in summaries:
             observed = self._observe_one(summary)
@@ -196,7 +171,7 @@ class DockerBackend(Backend):
         except NotFound:
             return
         except (DockerException, requests.RequestException) as e:
-            raise self._error(f"stop sandbox {sandbox_id}", e) from e
+            raise engine_call_error(f"stop sandbox {sandbox_id}", e) from e
         logger.info("stopped sandbox %s", sandbox_id)
 
     def read_logs(self, sandbox_id: str) -> bytes:
@@ -208,7 +183,7 @@ class DockerBackend(Backend):
                 hint="it was removed; read the archived logs instead",
             ) from e
         except (DockerException, requests.RequestException) as e:
-            raise self._error(f"read logs of sandbox {sandbox_id}", e) from e
+            raise engine_call_error(f"read logs of sandbox {sandbox_id}", e) from e
         return bytes(data)
 
     def follow_logs(
@@ -230,7 +205,7 @@ class DockerBackend(Backend):
             raise NotFoundError(f"no container for sandbox {sandbox_id}") from e
         except (DockerException, requests.RequestException) as e:
             # The stream also ends quietly after CLIENT_TIMEOUT_S without output.
-            logger.info("log stream of sandbox %s broke (%s); polling", sandbox_id, _describe(e))
+            logger.info("log stream of sandbox %s broke (%s); polling", sandbox_id, describe(e))
         skip = sent
         for chunk in super().follow_logs(sandbox_id, is_running, poll_s):
             if skip >= len(chunk):
@@ -245,11 +220,11 @@ class DockerBackend(Backend):
         except NotFound:
             return
         except APIError as e:
-            if e.status_code == 409 and "already in progress" in _describe(e):
+            if e.status_code == 409 and "already in progress" in describe(e):
                 return
-            raise self._error(f"remove sandbox {sandbox_id}", e) from e
+            raise engine_call_error(f"remove sandbox {sandbox_id}", e) from e
         except (DockerException, requests.RequestException) as e:
-            raise self._error(f"remove sandbox {sandbox_id}", e) from e
+            raise engine_call_error(f"remove sandbox {sandbox_id}", e) from e
         logger.info("removed container of sandbox %s", sandbox_id)
 
     def close(self) -> None:
@@ -277,7 +252,7 @@ class DockerBackend(Backend):
                 except (DockerException, requests.RequestException) as e:
                     # Launch and observe callers retry this; `check` reports it as unavailable.
                     raise BackendError(
-                        f"Docker engine unreachable: {_describe(e)}",
+                        f"Docker engine unreachable: {describe(e)}",
                         hint=ENGINE_HINT,
                         transient=True,
                     ) from e
@@ -304,52 +279,17 @@ class DockerBackend(Backend):
         except NotFound:
             return None  # removed between the list and now
         except (DockerException, requests.RequestException) as e:
-            raise self._error(f"inspect sandbox {sandbox_id}", e) from e
+            raise engine_call_error(f"inspect sandbox {sandbox_id}", e) from e
 
     def _inspect_exit(
         self, container_id: str, sandbox_id: str, run_id: str, attempt: int
     ) -> Observed:
         """How an exited container ended, from the engine's state; cached (it never changes)."""
         info = self._docker().api.inspect_container(container_id)
-        state = info["State"]
-        if state.get("Running"):
-            return Observed(sandbox_id, run_id, attempt, ObservedState.RUNNING)
-        labels = (info.get("Config") or {}).get("Labels") or {}
-        observed = Observed(
-            sandbox_id,
-            run_id,
-            attempt,
-            ObservedState.EXITED,
-            exit_code=int(state.get("ExitCode", -1)),
-            oom_killed=bool(state.get("OOMKilled")),
-            reason=state.get("Error") or None,
-            exited_at=epoch_seconds(state.get("FinishedAt")),
-            controller_id=labels.get(LABEL_CONTROLLER),
-        )
-        self._exited[container_id] = observed
+        observed = exit_from_inspect(info, sandbox_id, run_id, attempt)
+        if observed.state == ObservedState.EXITED:
+            self._exited[container_id] = observed
         return observed
-
-    def _launch_error(self, spec: SandboxSpec, step: str, error: Exception) -> BackendError:
-        if isinstance(error, ImageNotFound):
-            return BackendError(
-                f"cannot launch sandbox {spec.sandbox_id}: image {spec.image!r} not found "
-                "on the Docker engine",
-                hint=IMAGE_HINT,
-                transient=False,
-            )
-        hint = None
-        if isinstance(error, NotFound) and "network" in _describe(error):
-            hint = "create the network or fix SIMPLE_DOCKER_NETWORK"
-        return self._error(f"{step} container for sandbox {spec.sandbox_id}", error, hint)
-
-    @staticmethod
-    def _error(action: str, error: Exception, hint: str | None = None) -> BackendError:
-        transient = is_transient(error)
-        if hint is None and isinstance(error, requests.RequestException):
-            hint = ENGINE_HINT
-        return BackendError(
-            f"Docker could not {action}: {_describe(error)}", hint=hint, transient=transient
-        )
 
     def _remove_quietly(self, sandbox_id: str) -> None:
         try:

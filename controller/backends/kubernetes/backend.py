@@ -3,10 +3,11 @@
 The official client is imported only in this module, and only when a method first
 needs the cluster: constructing the backend and `render` work offline (`--dry-run`).
 Status comes from Job conditions and the Pod's container states (kept by informers,
-`kubernetes_informer.py`), logs from pods/log. API calls go through `KubeCalls`
-(`kubernetes_calls.py`): only what is known to be transient is retried; anything else
-raises BackendError at once, chained, with a hint (a 403 names the RBAC verb and
-resource to grant).
+`informer.py`, read by `job_status.py`), logs from pods/log. Jobs and their Secrets are
+created and deleted by `SandboxObjects` (`objects.py`). API calls go through `KubeCalls`
+(`calls.py`): only what is known to be transient is retried; anything else raises
+BackendError at once, chained, with a hint (a 403 names the RBAC verb and resource to
+grant).
 """
 
 from __future__ import annotations
@@ -20,24 +21,23 @@ from controller.backends.base import Backend, Notify, Observed, SandboxSpec
 from controller.backends.kubernetes.api import (
     KubernetesApiError,
     body_bytes,
-    json_of,
 )
 from controller.backends.kubernetes.calls import KubeCalls
 from controller.backends.kubernetes.informer import Informer
 from controller.backends.kubernetes.job import (
-    CONFIG_ERROR_GRACE_S,
     CONTAINER_NAME,
-    attempt_key,
     build_job,
-    build_secret,
+)
+from controller.backends.kubernetes.job_status import (
+    CONFIG_ERROR_GRACE_S,
+    attempt_key,
     object_name,
     observe_job,
     pod_order,
-    secret_name,
 )
+from controller.backends.kubernetes.objects import SandboxObjects
 from controller.errors import BackendError, NotFoundError, UnavailableError
 from sandbox_image.contract import (
-    LABEL_ATTEMPT,
     LABEL_CONTROLLER,
     LABEL_MANAGED_BY,
     LABEL_MANAGED_BY_VALUE,
@@ -98,6 +98,7 @@ class KubernetesBackend(Backend):
         self.service_account = settings.kubernetes_sandbox_service_account
         self.job_ttl_s = settings.kubernetes_job_ttl_s
         self.api = KubeCalls(self.namespace, self.selector, **api)
+        self.objects = SandboxObjects(self.api, self.namespace)
         self._clock = clock
         self._unschedulable_grace_s = unschedulable_grace_s
         self._config_error_grace_s = config_error_grace_s
@@ -112,27 +113,8 @@ class KubernetesBackend(Backend):
         """Create the Job, then its Secret. The same attempt's Job is adopted, an earlier
         attempt's replaced. A Secret that cannot be created takes its Job with it."""
         body = self.render(spec)
-        batch, _ = self.api.apis()
-        try:
-            job = json_of(
-                self.api.call("create", "jobs", batch.create_namespaced_job, self.namespace, body)
-            )
-        except KubernetesApiError as e:
-            if e.status != 409:
-                raise
-            held = self._job_of_attempt(spec)
-            if held is None:
-                job = self._replace_earlier_attempt(batch, spec, body)
-            else:
-                # A create that reached the API before a restart or a lost answer.
-                log.info(
-                    "Job %s/%s (attempt %d) already exists; adopting it",
-                    self.namespace,
-                    spec.sandbox_id,
-                    spec.env.attempt,
-                )
-                job = held
-        self._create_secret(spec, job)
+        job = self.objects.create_job(spec, body)
+        self.objects.create_secret(spec, job)
         log.info(
             "launched Job %s/%s (run %s, attempt %d)",
             self.namespace,
@@ -172,12 +154,12 @@ class KubernetesBackend(Backend):
 
     def stop(self, sandbox_id: str) -> None:
         """Delete the Job and, in the background, its Pods. A missing Job is no error."""
-        if self._delete_job(sandbox_id):
+        if self.objects.delete_job(sandbox_id):
             log.info("stopped Job %s/%s", self.namespace, sandbox_id)
 
     def remove(self, sandbox_id: str) -> None:
         """Delete the Job and its Pods (after the controller archived the logs)."""
-        if self._delete_job(sandbox_id):
+        if self.objects.delete_job(sandbox_id):
             log.info("removed Job %s/%s", self.namespace, sandbox_id)
 
     def read_logs(self, sandbox_id: str) -> bytes:
@@ -238,152 +220,6 @@ class KubernetesBackend(Backend):
         for informer in self._informers or ():
             informer.close()
         self.api.close()
-
-    # -- helpers ----------------------------------------------------------------------
-
-    def _job_of_attempt(self, spec: SandboxSpec) -> dict[str, Any] | None:
-        """The Job named like the sandbox if it is this very attempt's, else None."""
-        batch, _ = self.api.apis()
-        try:
-            existing = json_of(
-                self.api.call(
-                    "get", "jobs", batch.read_namespaced_job, spec.sandbox_id, self.namespace
-                )
-            )
-        except KubernetesApiError as e:
-            if e.status == 404:  # deleted in between
-                return None
-            raise
-        labels = (existing.get("metadata") or {}).get("labels") or {}
-        return existing if labels.get(LABEL_ATTEMPT) == str(spec.env.attempt) else None
-
-    # The Secret is created after its Job, because it names the Job as its owner by the uid
-    # the API server gives the Job on create; the garbage collector then deletes it with the
-    # Job, however the Job goes (the controller, its TTL, a person). A Pod scheduled before
-    # the Secret exists waits for its volume and the kubelet retries the mount, so a Secret
-    # created a moment later is simply picked up. The other order (Secret, Job, then
-    # patching the owner in) costs a third write per launch and leaves an unowned Secret when
-    # the controller stops between the writes; this order leaves a Job whose Pod waits until
-    # its activeDeadlineSeconds (the template's timeout) ends it, and a retry makes both anew.
-    def _create_secret(self, spec: SandboxSpec, job: Mapping[str, Any]) -> None:
-        """Create the sandbox's Secret, owned by `job`; on failure delete the Job and raise."""
-        _, core = self.api.apis()
-        try:
-            body = build_secret(spec, self.namespace, job)
-            try:
-                self.api.call(
-                    "create", "secrets", core.create_namespaced_secret, self.namespace, body
-                )
-            except KubernetesApiError as e:
-                if e.status != 409:
-                    raise
-                self._replace_leftover_secret(spec, body)
-        except BackendError as e:
-            log.warning(
-                "cannot create Secret %s/%s; deleting its Job so no half-made sandbox stays",
-                self.namespace,
-                secret_name(spec.sandbox_id),
-            )
-            self._delete_quietly("jobs", spec.sandbox_id)
-            raise BackendError(
-                f"cannot launch sandbox {spec.sandbox_id}: its Secret was not created "
-                f"({e.message}); its Job was deleted",
-                hint=e.hint,
-                transient=e.transient,
-            ) from e
-
-    def _replace_leftover_secret(self, spec: SandboxSpec, body: dict[str, Any]) -> None:
-        """A Secret holds the name: replace it if it is this sandbox's (a Secret is immutable,
-        so delete and create), refuse to touch anyone else's."""
-        _, core = self.api.apis()
-        name = secret_name(spec.sandbox_id)
-        try:
-            existing = json_of(
-                self.api.call("get", "secrets", core.read_namespaced_secret, name, self.namespace)
-            )
-        except KubernetesApiError as e:
-            if e.status != 404:  # 404: deleted in between, so the name is free again
-                raise
-        else:
-            labels = (existing.get("metadata") or {}).get("labels") or {}
-            if (
-                labels.get(LABEL_MANAGED_BY) != LABEL_MANAGED_BY_VALUE
-                or labels.get(LABEL_SANDBOX_ID) != spec.sandbox_id
-            ):
-                raise KubernetesApiError(
-                    f"Secret {self.namespace}/{name} exists and is not sandbox "
-                    f"{spec.sandbox_id}'s (it lacks SIMPLE's labels), so it was left alone",
-                    status=409,
-                    hint="rename or delete that Secret, or run SIMPLE in a namespace of its own",
-                )
-            self._delete_quietly("secrets", name)
-        self.api.call("create", "secrets", core.create_namespaced_secret, self.namespace, body)
-
-    def _replace_earlier_attempt(
-        self, batch: Any, spec: SandboxSpec, body: dict[str, Any]
-    ) -> dict[str, Any]:
-        """An earlier attempt's leftover holds the name: delete it and create once more."""
-        log.info(
-            "replacing a leftover Job %s/%s with attempt %d",
-            self.namespace,
-            spec.sandbox_id,
-            spec.env.attempt,
-        )
-        self._delete_job(spec.sandbox_id)
-        try:
-            return json_of(
-                self.api.call("create", "jobs", batch.create_namespaced_job, self.namespace, body)
-            )
-        except KubernetesApiError as e:
-            if e.status != 409:
-                raise
-            raise KubernetesApiError(
-                f"cannot launch attempt {spec.env.attempt} of sandbox {spec.sandbox_id}: "
-                "the Job of an earlier attempt is still being deleted",
-                status=409,
-                transient=True,
-                hint="it goes away within seconds; the controller retries the launch",
-            ) from e
-
-    def _delete_job(self, sandbox_id: str) -> bool:
-        """Delete the Job (its Pods in the background) and its Secret; False if no Job was
-        there. The garbage collector deletes the Secret with the Job anyway: deleting it here
-        too means a token never outlives its sandbox by the collector's delay."""
-        batch, _ = self.api.apis()
-        try:
-            self.api.call(
-                "delete",
-                "jobs",
-                batch.delete_namespaced_job,
-                sandbox_id,
-                self.namespace,
-                propagation_policy="Background",
-            )
-        except KubernetesApiError as e:
-            if e.status != 404:
-                raise
-            deleted = False
-        else:
-            deleted = True
-        self._delete_quietly("secrets", secret_name(sandbox_id))
-        return deleted
-
-    def _delete_quietly(self, resource: str, name: str) -> None:
-        """Delete a Job or Secret as a clean-up: gone already is fine, failing is a warning
-        (the garbage collector, or the Job's deadline, still ends it)."""
-        batch, core = self.api.apis()
-        method = (
-            core.delete_namespaced_secret if resource == "secrets" else batch.delete_namespaced_job
-        )
-        try:
-            self.api.call(
-                "delete", resource, method, name, self.namespace, propagation_policy="Background"
-            )
-        except KubernetesApiError as e:
-            if e.status != 404:
-                log.warning(
-                    "could not delete %s %s/%s: %s", resource, self.namespace, name, e.message
-                )
 
     # -- informers: the cache observe and read_logs read instead of listing -----------
 

@@ -4,7 +4,7 @@ lists and watches.
 
 Only what is known to be transient is retried (429, 5xx, connection errors), with capped
 exponential backoff and jitter, a server's Retry-After as a floor; anything else raises a
-BackendError at once that names the call and what to do (`kubernetes_api.api_error`).
+BackendError at once that names the call and what to do (`api.api_error`).
 """
 
 from __future__ import annotations
