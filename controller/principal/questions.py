@@ -17,7 +17,8 @@ from sqlalchemy import Engine, select
 
 from controller.catalog.templates import Catalog
 from controller.db.schema import runs, sandboxes
-from controller.language.grammar import read_request
+from controller.language.lexicon import Kind, lexicon_for
+from controller.language.walk import items_of
 from controller.runs import get_run, list_runs
 from controller.states import ACTIVE_RUN, FAILED_SANDBOX
 
@@ -58,9 +59,16 @@ def recognise(catalog: Catalog, text: str) -> Question | None:
     for kind, pattern in (("cancel", _CANCEL), ("failures", _FAILED), ("cost", _COST),
                           ("status", _STATUS), ("running", _RUNNING)):
         if pattern.search(lowered):
-            templates = read_request(catalog, RUN_ID.sub(" ", lowered)).templates
+            templates = named_templates(catalog, RUN_ID.sub(" ", lowered))
             return Question(kind, run_id, templates if kind == "status" else ())
     return None
+
+
+def named_templates(catalog: Catalog, text: str) -> tuple[str, ...]:
+    """The template ids `text` names, written or spoken."""
+    items = items_of(lexicon_for(catalog), text)
+    return tuple(dict.fromkeys(i.meaning.value for i in items
+                               if i.meaning and i.meaning.kind is Kind.TEMPLATE))
 
 
 @dataclass(frozen=True)

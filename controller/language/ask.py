@@ -1,0 +1,23 @@
+"""A reading that cannot go on without a question: why, and what it could mean instead."""
+
+from __future__ import annotations
+
+from controller.language.lexicon import Meaning
+
+Option = tuple[str, tuple[str, ...], tuple[str, ...]]  # label, suites, templates
+
+
+class Ask(Exception):
+    """Raised where the reading cannot go on without a question.
+
+    `alternatives` are the meanings group `group` could take, each read as the whole
+    request would be with it; `options` are choices already made into selections.
+    """
+
+    def __init__(self, why: str, group: int | None = None,
+                 alternatives: list[tuple[str, list[Meaning]]] | None = None,
+                 options: list[Option] | None = None) -> None:
+        super().__init__(why)
+        self.why, self.group = why, group
+        self.alternatives = alternatives or []
+        self.options = options or []
