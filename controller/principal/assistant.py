@@ -21,7 +21,7 @@ from controller.errors import InputError, SimpleError
 from controller.language.grammar import read_request
 from controller.planning.plan import PlanRequest, Priority
 from controller.principal import questions
-from controller.principal.conversation import _NO, _PICK, _YES, Conversation, Principal
+from controller.principal.conversation import NO, PICK, YES, Conversation, Principal
 from controller.principal.llm import Completion, LLMClient, LLMError, ToolCall
 
 if TYPE_CHECKING:
@@ -63,8 +63,8 @@ class AssistedPrincipal(Principal):
 
     def respond(self, conversation: Conversation, text: str, confirm: bool) -> dict[str, Any]:
         lowered = text.lower()
-        if (conversation.pending and (confirm or _YES.match(lowered) or _NO.match(lowered))) or (
-            _PICK.match(lowered) and conversation.choices
+        if (conversation.pending and (confirm or YES.match(lowered) or NO.match(lowered))) or (
+            PICK.match(lowered) and conversation.choices
         ):
             return super().respond(conversation, text, confirm)
         try:
@@ -100,7 +100,7 @@ class AssistedPrincipal(Principal):
         args = ToolArguments.model_validate(call.arguments)
         if call.name == "status":
             question = questions.recognise(self.controller.catalog, args.question or text)
-            return self.ask(conversation, question or questions.Question("running"), False)
+            return self.ask(conversation, question or questions.Question("status"), False)
         if call.name == "cancel":
             return self.ask_cancel(conversation, args.run_id, False)
         if call.name not in ("plan", "start"):

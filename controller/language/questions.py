@@ -1,0 +1,154 @@
+"""Questions about runs, told from requests and read into a kind and a subject. Pure.
+
+Kinds: `run_cost` (what a run cost), `template_cost` (a template's cost over its
+runs), `most_expensive`, `failures` (what failed and why), `least_reliable`,
+`compare_runs` (a run against the previous one of the same request), `waiting` (what
+is pending and why), `status`, `tokens`, and `cancel`. The subject is a run id, a
+template, or a run pointed at in words ("the last run": `last`, "the run before
+last": `previous`). A request is never a question: a text that asks to run something
+("run quick and tell me the cost", "could you run corporate and tell me how much it
+spent afterwards?") is read as a request, and a price asked of something not run yet
+("what does ultra cost?") is a plan.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from controller.catalog.templates import Catalog
+from controller.language.asides import normalise
+from controller.language.grammar import spell
+from controller.language.lexicon import Kind, lexicon_for
+from controller.language.walk import items_of
+
+RUN_ID = re.compile(r"(?<![\w-])(run-[0-9a-f]{4,16})(?![\w-])")
+_POLITE = (r"(?:(?:please|pls|kindly|hey|hi|hello|ok|okay|so|now|just|then|and|also|sorry|"
+           r"can you|could you|would you|will you|can u|could u|i want to|i'd like to|"
+           r"i would like to|we need to|i need to|let's|lets|go ahead and|time to)[\s,!]+)*")
+_VERB = (r"(?:run|re-?run|start|launch|kick(?:ing)? off|kick|fire(?: off| up)?|execute|spin up|"
+         r"test|try|queue(?: up)?|trigger|plan|estimate|preview|quote|give|do|get|smoke)\b")
+_REQUEST = re.compile(
+    rf"^\s*{_POLITE}{_VERB}(?!-)|\b(?:could|can|would|will) (?:you|u) (?:please |pls )?"
+    rf"(?:run|re-?run|start|launch|kick off|fire off|spin up|execute)\b|\bplease (?:run|start|"
+    rf"launch|kick off|rerun)\b|\b(?:i|we) (?:want|need|'d like|would like) (?:you )?to "
+    rf"(?:run|start|launch|kick off)\b|\blet'?s (?:run|start|get|kick)\b|\bso (?:please )?run\b"
+)
+_CANCEL = re.compile(r"^\s*(?:please\s+)?(?:cancel|stop|abort|kill|halt)\b")
+_KINDS = (
+    ("tokens", r"\btokens?\b"),
+    ("compare_runs", r"\bcompar(?:e|ed|ing|ison)\b|\bdiff\b|\bversus\b|\bvs\.?(?!\w)|"
+     r"\b(?:better|worse)(?: or (?:better|worse))? than\b|\bbetter or worse\b|"
+     r"\bagainst (?:the )?(?:previous|last|prior)\b|\bdifferen(?:t|ce) from\b|"
+     r"\bwhat(?:'s| has)? changed\b|\bchanged since\b"),
+    ("least_reliable", r"\bflak(?:y|iest|iness)\b|\b(?:least |most un|less )reliable\b|"
+     r"\bunreliable\b|"
+     r"\bkeeps? failing\b|\bfails? (?:the )?most\b|\bfails? (?:more |most )?often\b|"
+     r"\b(?:worst|lowest) (?:success|pass) rates?\b|\bfailure rates?\b|\bmost failures\b|"
+     r"\boften fail\b|\bfail(?:s|ing)? (?:a lot|repeatedly|regularly)\b|\breliab(?:le|ility)\b"),
+    ("most_expensive", r"\bpriciest\b|\bcostliest\b|\bmost expensive\b|\bmost costly\b|"
+     r"\b(?:burn|cost|spend|eat|use)s? the most\b|\bmost (?:money|cost|spend)\b|"
+     r"\beating (?:the|our|my|up the) (?:budget|money)\b|\brank\b.*\bby (?:cost|spend|price)\b|"
+     r"\b(?:top|biggest) (?:spenders?|costs?)\b|\bexpensive ones\b|\bcost the most\b"),
+    ("waiting", r"\bwaiting\b|\bpending\b|\bqueued\b|\bin (?:the )?queue\b|"
+     r"\b(?:hasn't|has not|haven't|have not|isn't|is not|aren't|are not|not) (?:yet )?"
+     r"(?:started|launched|begun|running)\b|\bstuck\b|\bon hold\b|\bheld\b|"
+     r"\bblock(?:ed|ing|s)?\b|\bwhy is nothing\b|\bnothing (?:is )?(?:running|starting)\b|"
+     r"\b(?:hasn't|has not|haven't|have not|didn't|did not|isn't|is not|aren't|are not)\b"
+     r"[^.?!]*\b(?:start(?:ed)?|launch(?:ed)?|begun|begin|running)\b(?! ok)"),
+    ("failures", r"\bfail(?:ed|ing|ures?|s)?\b|\b(?:went|go|gone|going) wrong\b|\bbroke\b|"
+     r"\bbroken\b|\berrors?\b|\bcrash(?:ed|es)?\b|\btimeouts?\b|\btimed out\b|\booms?\b|"
+     r"\bout of memory\b|\bexit codes?\b"),
+    ("cost", r"\bcosts?\b|\bcosting\b|\bspen[dt]\b|\bspending\b|\bburn(?:ed|t)?\b|\bdamage\b|"
+     r"\bexpensive\b|\bmoney\b|\bbill\b|\bpricey\b|\bhow much (?:did|have|has)\b"),
+    ("status", r"\bstatus\b|\bprogress\b|\bhow(?:'s| is| are|s)\b.*\b(?:doing|going|coming along|"
+     r"getting on|progressing|looking)\b|\b(?:is|are)\b.*\b(?:done|finished|complete|over|"
+     r"still running)\b|\b(?:anything|any|what(?:'s| is| are)?)\b.*\b(?:running|active|in "
+     r"progress|going on)\b|\bhow (?:much )?longer\b|\beta\b|\bhow far\b|\bwhere (?:is|are)\b.*"
+     r"\bat\b|\bany news\b|\bupdate on\b|\bdid\b.*\brun (?:ok|okay|fine|well|through)\b|"
+     r"\bwhat(?:'s| has)? happen(?:ed|ing)\b|^\s*(?:list|show)(?: me)?(?: the)? runs\b|"
+     r"\bactive runs\b|\bhow long (?:until|till|before|left|to go)\b|\bwhen will\b.*"
+     r"\b(?:finish|be done|end|complete)\b"),
+)
+_KIND_PATTERNS = tuple((kind, re.compile(pattern)) for kind, pattern in _KINDS)
+# A cost is a question about runs when it is in the past, or of a run; else it is a price.
+_PAST = re.compile(r"\b(?:did|has|have|had|spent|burned|burnt|so far|to date|until now|up to "
+                   r"now|yet|yesterday|today|this week|this month|last week|last month|past|"
+                   r"over time|across|on average|average|typically|usually|in total|all time|"
+                   r"historically|per run|each run|each time|recent|lately)\b")
+_LAST = re.compile(r"\b(?:last|latest|current|most recent|newest|ongoing|running) run\b|"
+                   r"\bthis run\b|\bthe run that (?:just )?(?:finished|ran|ended)\b")
+_PREVIOUS = re.compile(r"\b(?:previous|prior|penultimate|second to last|last but one) run\b|"
+                       r"\brun before (?:the )?last\b|\bthe one before (?:the )?last\b|"
+                       r"\bbefore last\b")
+_SINCE = (("today", r"\btoday\b"), ("yesterday", r"\byesterday'?s?\b"),
+          ("week", r"\b(?:this|last|past) week\b"), ("month", r"\b(?:this|last|past) month\b"))
+_SINCE_PATTERNS = tuple((name, re.compile(p)) for name, p in _SINCE)
+
+
+@dataclass(frozen=True)
+class Question:
+    """What a question asks: its kind, and about which run, template or time."""
+
+    kind: str
+    run_id: str | None = None
+    templates: tuple[str, ...] = ()
+    which: str | None = None  # "last" | "previous": a run pointed at in words
+    since: str | None = None  # today | yesterday | week | month
+
+    @property
+    def subject(self) -> str | None:
+        """The run id, the one template, or `last`/`previous`; None for everything."""
+        if self.run_id:
+            return self.run_id
+        if len(self.templates) == 1:
+            return self.templates[0]
+        return self.which
+
+
+def recognise(catalog: Catalog, text: str) -> Question | None:
+    """The question `text` asks, or None when it is a request (or not about runs)."""
+    lowered = spell(catalog, normalise(text[:2000]))
+    found = RUN_ID.search(lowered)
+    run_id = found.group(1) if found else None
+    if _CANCEL.search(lowered):
+        return Question("cancel", run_id)
+    if _REQUEST.search(lowered):
+        return None
+    kind = next((k for k, pattern in _KIND_PATTERNS if pattern.search(lowered)), None)
+    if kind is None:
+        return None
+    templates = named_templates(catalog, RUN_ID.sub(" ", lowered))
+    which = _which(lowered, kind)
+    if kind == "cost":
+        if templates and not (run_id or which):
+            if not _PAST.search(lowered):
+                return None  # "how much does board_meeting cost?": a price, for a plan
+            kind = "template_cost"
+        elif run_id or which or _PAST.search(lowered):
+            kind = "run_cost"
+        else:
+            return None  # "what would quick cost?": a plan
+    if kind == "least_reliable" and len(templates) == 1:
+        kind = "failures"  # "is kami_shrine reliable?": its failures, over its runs
+    if kind in ("most_expensive", "least_reliable", "compare_runs") or run_id or which:
+        templates = ()
+    since = next((name for name, pattern in _SINCE_PATTERNS if pattern.search(lowered)), None)
+    return Question(kind, run_id, templates, which, since)
+
+
+def _which(text: str, kind: str) -> str | None:
+    """A run pointed at in words; comparing, the run compared ("this run"), not its match."""
+    if kind == "compare_runs":
+        return "last" if re.search(r"\bthis run\b|\b(?:current|latest|newest) run\b", text) \
+            else None
+    if _PREVIOUS.search(text):
+        return "previous"
+    return "last" if _LAST.search(text) else None
+
+
+def named_templates(catalog: Catalog, text: str) -> tuple[str, ...]:
+    """The template ids `text` names, written or spoken (a slip of one letter read as it)."""
+    items = items_of(lexicon_for(catalog), spell(catalog, text))
+    return tuple(dict.fromkeys(i.meaning.value for i in items
+                               if i.meaning and i.meaning.kind is Kind.TEMPLATE))
