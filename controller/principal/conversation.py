@@ -172,7 +172,7 @@ class Principal:
                 max_runtime_s=reading.max_runtime_s,
             )
             conversation.carried_start = reading.intent == "run"
-            lead = _choice_lead(reading.not_understood)
+            lead = _choice_lead(reading.not_understood, reading.ask)
             return {
                 "kind": "choices",
                 "text": lead + "\n".join(c.line() for c in reading.choices)
@@ -330,8 +330,10 @@ def describe_plan(the_plan: Plan) -> str:
     return text
 
 
-def _choice_lead(unknown: tuple[str, ...]) -> str:
+def _choice_lead(unknown: tuple[str, ...], why: str | None = None) -> str:
     lead = "That could mean several things. "
-    if unknown:
+    if why:
+        lead = f"I would rather ask than guess: {why}. "
+    elif unknown:
         lead = f"I did not understand {', '.join(unknown[:10])}. "
     return lead + "Do you want:\n"
