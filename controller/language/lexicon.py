@@ -61,6 +61,7 @@ def _own_words() -> dict[tuple[str, ...], Meaning]:
             table[tuple(phrase.split())] = meaning
 
     add(Meaning(Kind.FILLER), " | ".join(w.FILLER.split()))
+    add(Meaning(Kind.FILLER), w.FILLER_PHRASES)
     add(Meaning(Kind.NOUN), " | ".join(w.NOUNS.split()))
     add(Meaning(Kind.TOPIC), " | ".join(w.TOPIC_NOUNS.split()))
     for word, count in w.COUNTS.items():

@@ -116,6 +116,7 @@ _PARALLEL_KEY = (r"(?:(?:a|the)\s+)?(?:max(?:imum)?[ _-]?)?(?:parallelism|concur
 _ONE_AT_A_TIME = _any(
     r"one at a time", r"one by one", r"one after (?:the )?other", r"sequential(?:ly)?",
     r"serially", r"in sequence", r"in series", r"no parallelism", r"not in parallel",
+    r"without parallelism", r"no concurrency", r"without concurrency",
     r"single[- ]threaded", r"one-at-a-time", r"one after another",
 )
 _PARALLEL_PATTERNS = (

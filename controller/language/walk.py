@@ -186,6 +186,8 @@ class _Walker:
         if kind is Kind.PRONOUN:
             self.pronoun(meaning, item)
             return
+        if kind is Kind.COUNT and item.word == "one" and self.group is not None:
+            return  # "the historical one": a noun after a name, not a count
         self.group = None
         if kind is Kind.COUNT:
             self.count = (int(meaning.value), item.phrase)

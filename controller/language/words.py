@@ -105,7 +105,8 @@ PRIORITY_PHRASES = {
         as cheap as possible | as cheaply as possible | cheapest possible | on a shoestring |
         on the cheap | thrifty | budget-friendly | priority cost | priority is cost |
         cost first | cost over speed | cost matters most | cost is what matters |
-        minimal cost | minimum cost | least cost | at the lowest cost | penny-pinching""",
+        minimal cost | minimum cost | least cost | at the lowest cost | penny-pinching |
+        cheapest first | cheapest ones first""",
     "speed": """fast | run fast | quickly | asap | as fast as possible | as soon as possible |
         speed | speed priority | hurry | in a hurry | max parallelism | maximum parallelism |
         urgent | urgently | rapidly | fastest | cost doesn't matter | cost does not matter |
@@ -167,7 +168,7 @@ NOUNS = """templates template sims sim simulations simulation scenarios scenario
     variants variant set sandboxes sandbox tests jobs job runs stuff things"""
 # Words read past: politeness, articles, pronouns, auxiliaries, the words around numbers.
 FILLER = """
-please pls plz kindly thanks thank thx ty cheers sorry bother appreciate appreciated really
+please pls plz kindly thanks thank thx ty ta cheers sorry bother appreciate appreciated really
 mind chance hey hi hello ok okay sure yes great good fine cool awesome
 the a an of to for me i we us you u our my your their its it's his her
 want need would like could can will shall should may might must let let's lets i'd we'd
@@ -184,6 +185,10 @@ otherwise go ahead no worries no problem no pressure stay keep kind so kind
 mode modes portal-mode profiles profile batch all-in bit do's
 is what matters matters what
 """
+# Phrases read past as a whole (their words alone may mean something, or nothing known).
+FILLER_PHRASES = """right now | when you get a chance | when you can | if you can | if possible |
+    if you could | for me | for us | thank you | thanks a lot | no worries | by itself |
+    on its own | as usual | like always"""
 # Words a request may carry after its names, each with the phrase it starts ("only").
 TOPIC_NOUNS = "analysis research study studies purposes"
 # Count words before a name ("the two vc pitch ones", "the 7 quick templates").
