@@ -36,51 +36,61 @@ _REQUEST = re.compile(
 )
 _CANCEL = re.compile(r"^\s*(?:please\s+)?(?:cancel|stop|abort|kill|halt)\b")
 _KINDS = (
-    ("tokens", r"\btokens?\b"),
+    ("tokens", r"\btokens?\b|\btoken (?:count|usage|spend)\b"),
     ("compare_runs", r"\bcompar(?:e|ed|ing|ison)\b|\bdiff\b|\bversus\b|\bvs\.?(?!\w)|"
-     r"\b(?:better|worse)(?: or (?:better|worse))? than\b|\bbetter or worse\b|"
-     r"\bagainst (?:the )?(?:previous|last|prior)\b|\bdifferen(?:t|ce) from\b|"
-     r"\bwhat(?:'s| has)? changed\b|\bchanged since\b"),
-    ("least_reliable", r"\bflak(?:y|iest|iness)\b|\b(?:least |most un|less )reliable\b|"
-     r"\bunreliable\b|"
-     r"\bkeeps? failing\b|\bfails? (?:the )?most\b|\bfails? (?:more |most )?often\b|"
+     r"\b(?:better|worse|cheaper|faster|slower|costlier|more expensive)(?: or (?:better|worse))?"
+     r" than\b|\bbetter or worse\b|\bagainst (?:the )?(?:previous|last|prior)\b|"
+     r"\bdifferen(?:t|ce)s? (?:from|to|with|between)\b|\bwhat(?:'s| has| is)? (?:changed|"
+     r"different)\b|\bchanged since\b|\bimprov(?:ed|ement|ing)\b|\bregress(?:ed|ions?)?\b|"
+     r"\blast two runs\b"),
+    ("least_reliable", r"\bflak(?:y|iest|iness|ing|es)\b|\b(?:least |most un|less )reliable\b|"
+     r"\bunreliable\b|\breliab(?:le|ility)\b|\bkeeps? (?:failing|breaking|crashing)\b|"
+     r"\b(?:fail|break|crash)(?:s|es)? (?:the )?(?:most|more|a lot|repeatedly|regularly)\b|"
+     r"\b(?:fail|break|crash)(?:s|es)? (?:most |more |the most )?often\b|\boften fail\b|"
      r"\b(?:worst|lowest) (?:success|pass) rates?\b|\bfailure rates?\b|\bmost failures\b|"
-     r"\boften fail\b|\bfail(?:s|ing)? (?:a lot|repeatedly|regularly)\b|\breliab(?:le|ility)\b"),
-    ("most_expensive", r"\bpriciest\b|\bcostliest\b|\bmost expensive\b|\bmost costly\b|"
-     r"\b(?:burn|cost|spend|eat|use)s? the most\b|\bmost (?:money|cost|spend)\b|"
-     r"\beating (?:the|our|my|up the) (?:budget|money)\b|\brank\b.*\bby (?:cost|spend|price)\b|"
-     r"\b(?:top|biggest) (?:spenders?|costs?)\b|\bexpensive ones\b|\bcost the most\b"),
-    ("waiting", r"\bwaiting\b|\bpending\b|\bqueued\b|\bin (?:the )?queue\b|"
-     r"\b(?:hasn't|has not|haven't|have not|isn't|is not|aren't|are not|not) (?:yet )?"
-     r"(?:started|launched|begun|running)\b|\bstuck\b|\bon hold\b|\bheld\b|"
-     r"\bblock(?:ed|ing|s)?\b|\bwhy is nothing\b|\bnothing (?:is )?(?:running|starting)\b|"
-     r"\b(?:hasn't|has not|haven't|have not|didn't|did not|isn't|is not|aren't|are not)\b"
-     r"[^.?!]*\b(?:start(?:ed)?|launch(?:ed)?|begun|begin|running)\b(?! ok)"),
+     r"\bsucceeds? (?:the )?least\b|\bleast (?:often )?succe"),
+    ("most_expensive", r"\bpriciest\b|\bcostliest\b|\bmost (?:expensive|costly)\b|"
+     r"\b(?:burn|cost|spend|eat|use|spent|burned|used)(?:s)? (?:us |me |you )?(?:the )?most\b|"
+     r"\bmost (?:money|cost|spend)\b|\beating (?:the|our|my|up the|up our) (?:budget|money)\b|"
+     r"\b(?:rank|sort|list|order)\b.*\bby (?:cost|spend|price|money)\b|"
+     r"\b(?:top|biggest|largest) (?:\d+ )?(?:spenders?|costs?|expenses)\b|"
+     r"\bexpensive ones\b|\bwhere (?:is|does|did) (?:the |our |all the )?money go"),
+    ("waiting", r"\bwaiting\b|\bpending\b|\bqueued\b|\bin (?:the )?queue\b|\bbacklog\b|"
+     r"\bstuck\b|\bon hold\b|\bheld\b|\bblock(?:ed|ing|s)?\b|\bholding (?:\w+ )?up\b|"
+     r"\bwhy is nothing\b|\bnothing (?:is )?(?:running|starting)\b|"
+     r"\b(?:hasn't|has not|haven't|have not|didn't|did not|isn't|is not|aren't|are not|not|"
+     r"won't|yet to)\b[^.?!]*\b(?:start(?:ed|ing)?|launch(?:ed|ing)?|begun|begin|running)\b"
+     r"(?! ok)"),
     ("failures", r"\bfail(?:ed|ing|ures?|s)?\b|\b(?:went|go|gone|going) wrong\b|\bbroke\b|"
-     r"\bbroken\b|\berrors?\b|\bcrash(?:ed|es)?\b|\btimeouts?\b|\btimed out\b|\booms?\b|"
-     r"\bout of memory\b|\bexit codes?\b"),
+     r"\bbroken\b|\berror(?:s|ed)?\b|\bcrash(?:ed|es)?\b|\btime(?:d)? ?outs?\b|"
+     r"\btimed out\b|\booms?\b|\bout of memory\b|\bexit(?:ed)? (?:codes?|with)\b|"
+     r"\bdie[sd]?\b|\bdead\b|\bkill(?:ed|s)?\b"),
     ("cost", r"\bcosts?\b|\bcosting\b|\bspen[dt]\b|\bspending\b|\bburn(?:ed|t)?\b|\bdamage\b|"
-     r"\bexpensive\b|\bmoney\b|\bbill\b|\bpricey\b|\bhow much (?:did|have|has)\b"),
+     r"\bexpensive\b|\bmoney\b|\bbill\b|\bpricey\b|\bhow much\b(?! longer| more| time)|"
+     r"\b(?:over|under|within|on) (?:the )?budget\b|\bbudget (?:left|remaining)\b"),
     ("status", r"\bstatus\b|\bprogress\b|\bhow(?:'s| is| are|s)\b.*\b(?:doing|going|coming along|"
-     r"getting on|progressing|looking)\b|\b(?:is|are)\b.*\b(?:done|finished|complete|over|"
-     r"still running)\b|\b(?:anything|any|what(?:'s| is| are)?)\b.*\b(?:running|active|in "
-     r"progress|going on)\b|\bhow (?:much )?longer\b|\beta\b|\bhow far\b|\bwhere (?:is|are)\b.*"
-     r"\bat\b|\bany news\b|\bupdate on\b|\bdid\b.*\brun (?:ok|okay|fine|well|through)\b|"
+     r"getting on|progressing|looking)\b|\b(?:is|are|has|have|did)\b.*\b(?:done|finished|"
+     r"complete(?:d)?|over|ended|succeed(?:ed)?|still (?:running|going))\b|"
+     r"\b(?:anything|any|what(?:'s| is| are)?)\b.*\b(?:running|active|in progress|going on)\b|"
+     r"\bhow (?:much )?longer\b|\beta\b|\bhow far\b|\bwhere (?:is|are|were)\b.*\bat\b|"
+     r"\bany news\b|\bupdate on\b|\bdid\b.*\brun (?:ok|okay|fine|well|through)\b|"
      r"\bwhat(?:'s| has)? happen(?:ed|ing)\b|^\s*(?:list|show)(?: me)?(?: the)? runs\b|"
      r"\bactive runs\b|\bhow long (?:until|till|before|left|to go)\b|\bwhen will\b.*"
-     r"\b(?:finish|be done|end|complete)\b"),
+     r"\b(?:finish|be done|end|complete)\b|\bhow many\b.*\b(?:done|left|remaining|finished|"
+     r"running|to go)\b|\b(?:left|remaining) to (?:run|go)\b|\bare we done\b"),
 )
 _KIND_PATTERNS = tuple((kind, re.compile(pattern)) for kind, pattern in _KINDS)
-# A cost is a question about runs when it is in the past, or of a run; else it is a price.
-_PAST = re.compile(r"\b(?:did|has|have|had|spent|burned|burnt|so far|to date|until now|up to "
-                   r"now|yet|yesterday|today|this week|this month|last week|last month|past|"
-                   r"over time|across|on average|average|typically|usually|in total|all time|"
-                   r"historically|per run|each run|each time|recent|lately)\b")
+# A cost asked of something not run yet is a price, for a plan: "what would quick cost?",
+# "how much to run full?". Any other cost question is about runs.
+_PRICE = re.compile(r"\b(?:would|will|gonna|going to|to run|if (?:i|we|you) run|estimate[ds]?|"
+                    r"quote)\b")
+_PAST = re.compile(r"\b(?:did|has|have|had|spent|burned|burnt|so far|to date|yesterday|today|"
+                   r"this week|this month|last week|last month|ago|in total|on average)\b")
 _LAST = re.compile(r"\b(?:last|latest|current|most recent|newest|ongoing|running) run\b|"
                    r"\bthis run\b|\bthe run that (?:just )?(?:finished|ran|ended)\b")
 _PREVIOUS = re.compile(r"\b(?:previous|prior|penultimate|second to last|last but one) run\b|"
                        r"\brun before (?:the )?last\b|\bthe one before (?:the )?last\b|"
-                       r"\bbefore last\b")
+                       r"\bbefore last\b|\brun before (?:this|the current|the latest)(?: one)?\b")
 _SINCE = (("today", r"\btoday\b"), ("yesterday", r"\byesterday'?s?\b"),
           ("week", r"\b(?:this|last|past) week\b"), ("month", r"\b(?:this|last|past) month\b"))
 _SINCE_PATTERNS = tuple((name, re.compile(p)) for name, p in _SINCE)
@@ -121,14 +131,10 @@ def recognise(catalog: Catalog, text: str) -> Question | None:
     templates = named_templates(catalog, RUN_ID.sub(" ", lowered))
     which = _which(lowered, kind)
     if kind == "cost":
-        if templates and not (run_id or which):
-            if not _PAST.search(lowered):
-                return None  # "how much does board_meeting cost?": a price, for a plan
-            kind = "template_cost"
-        elif run_id or which or _PAST.search(lowered):
-            kind = "run_cost"
-        else:
-            return None  # "what would quick cost?": a plan
+        if _PRICE.search(lowered) or (not (templates or run_id or which or _PAST.search(
+                lowered)) and names_a_set(catalog, RUN_ID.sub(" ", lowered))):
+            return None  # a price, for the planner: "what does ultra cost?"
+        kind = "template_cost" if templates and not (run_id or which) else "run_cost"
     if kind == "least_reliable" and len(templates) == 1:
         kind = "failures"  # "is kami_shrine reliable?": its failures, over its runs
     if kind in ("most_expensive", "least_reliable", "compare_runs") or run_id or which:
@@ -145,6 +151,13 @@ def _which(text: str, kind: str) -> str | None:
     if _PREVIOUS.search(text):
         return "previous"
     return "last" if _LAST.search(text) else None
+
+
+def names_a_set(catalog: Catalog, text: str) -> bool:
+    """Whether `text` names a suite, a tag or a family (something a plan could price)."""
+    kinds = {Kind.SUITE, Kind.TAG, Kind.FAMILY, Kind.ALL, Kind.AMBIGUOUS}
+    return any(i.meaning and i.meaning.kind in kinds
+               for i in items_of(lexicon_for(catalog), spell(catalog, text)))
 
 
 def named_templates(catalog: Catalog, text: str) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.once
     ("how much did run-0a1b2c3d cost in the end?", "run_cost", "run-0a1b2c3d"),
     ("what's the average cost of kami_shrine per run?", "template_cost", "kami_shrine"),
     ("how much does portal_unicorn typically cost?", "template_cost", "portal_unicorn"),
+    ("what does board_meeting cost?", "template_cost", "board_meeting"),  # what it has cost
     ("top spenders?", "most_expensive", None),
     ("show me the most expensive ones from the last run", "most_expensive", "last"),
     ("why did the last run fail?", "failures", "last"),
@@ -55,7 +56,7 @@ def test_a_question_is_read_with_its_kind_and_subject(
     "start portal-test, and how long will that take?",
     "run the most expensive templates",  # a request: it names no set, so it is asked about
     "please rerun the failed ones from the last run",
-    "what does board_meeting cost?",  # a price of something not run: a plan
+    "what does ultra cost?",  # a price of a suite, asked in the present: a plan
     "how much would the full suite cost?",
     "We're comparing the detective scenarios, so could you run full",
 ])
