@@ -33,6 +33,15 @@ _REASON = re.compile(
     rf"^(?P<why>.+?)[,;]?\s+so\s+(?=(?:(?:could|can|would|will)\s+(?:you|u)\s+|please\s+|"
     rf"pls\s+|just\s+|go ahead and\s+|i'd like you to\s+)*(?:please\s+)?{_RUN_VERB})"
 )
+# A clause before the request that names nothing ("for the board demo tomorrow, run X").
+_LEAD = re.compile(
+    rf"^(?P<why>[^,;:.!?]+?)(?:\s*[,;:.!]|\s+-)\s+(?=(?:so\s+)?(?:(?:could|can|would|will)\s+"
+    rf"(?:you|u)\s+|please\s+|pls\s+|just\s+)*(?:please\s+)?{_RUN_VERB})|"
+    rf"^(?P<after>(?:after|before|since|following|given|because of|for)\s[^,;:.!?]+?)\s+"
+    rf"(?=(?:please|pls|could you|can you)\s)"
+)
+# A reason after it: "since the box is small", "because the logs interleave".
+_BECAUSE = re.compile(r"\s+(?:since|because|cause|cuz|'cause)\s+[^,;.!?]*")
 _PURPOSE = re.compile(
     rf"\s+so(?:\s+that)?\s+(?!(?:(?:could|can|would|will)\s+(?:you|u)|please|{_RUN_VERB}))"
     r"[^,;.!?]*"
@@ -42,26 +51,30 @@ _PURPOSE = re.compile(
 def normalise(text: str) -> str:
     """Lowercase with plain quotes and dashes, flags and key=value pairs as words."""
     text = text.lower().replace("\u2019", "'").replace("\u2018", "'")
+    text = re.sub(r"(?<![\w/])w/o(?![\w/])", "without", text)
+    text = re.sub(r"(?<![\w/])w/(?![\w/])", "with ", text)
     text = re.sub(r"\s[\u2013\u2014]\s|[\u2013\u2014]", " - ", text)
     text = _FLAG.sub(" ", text)
     return _KEY_VALUE.sub(lambda m: m.group(1) + " ", text)
 
 
-def set_aside(text: str, names: Callable[[str], bool]) -> tuple[str, list[tuple[str, str]]]:
+def set_aside(text: str, names: Callable[[str], bool],
+              says: Callable[[str], bool]) -> tuple[str, list[tuple[str, str]]]:
     """The request without its asides, and each aside with what it was taken for.
 
-    `names(part)` says whether a part names something the catalog has: such a rider or
-    purpose is never set aside, nor is any aside with a number in it. A reason may name
-    things (it says what the request is about: "compare the detective scenarios ..., so
-    run X" runs X). The text keeps its length (asides become spaces), so spans found
-    later still point into the original.
+    `says(part)`: the part says something the grammar reads besides names (a priority,
+    an exclusion, a number...); `names(part)`: it names templates. Such a part is never
+    set aside, except that a reason before an explicit request may name things: it says
+    what the request is about ("compare the detective scenarios ..., so could you run X"
+    runs X). The text keeps its length (asides become spaces), so spans found later
+    still point into the original.
     """
     asides: list[tuple[str, str]] = []
 
     def blank(match: re.Match[str], group: int | str, meaning: str, named: bool = False) -> str:
         start, end = match.span(group)
         part = text[start:end]
-        if not part.strip(" ,;.") or (not named and names(part)) or re.search(r"\d|\$", part):
+        if not part.strip(" ,;.") or says(part) or (not named and names(part)):
             return text
         asides.append((part.strip(" ,;.!?"), meaning))
         return text[:start] + " " * (end - start) + text[end:]
@@ -73,6 +86,12 @@ def set_aside(text: str, names: Callable[[str], bool]) -> tuple[str, list[tuple[
     reason = _REASON.search(text)
     if reason:
         text = blank(reason, "why", "the reason for the request, not what to run", named=True)
-    for purpose in list(_PURPOSE.finditer(text)):
+    lead = _LEAD.search(text)
+    if lead:
+        polite = bool(re.match(r"\s*(?:so\s+)?(?:could|can|would|will|please|pls)\b",
+                               text[lead.end():]))
+        text = blank(lead, "why" if lead.group("why") else "after",
+                     "the reason for the request, not what to run", named=polite)
+    for purpose in [*_PURPOSE.finditer(text), *_BECAUSE.finditer(text)]:
         text = blank(purpose, 0, "the purpose of the request, not what to run")
     return text, asides

@@ -20,6 +20,7 @@ refinement") instead of a selection: a wrong reading costs more than a question.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,7 @@ from controller.language.choices import (
     option_choices,
     partial_options,
 )
-from controller.language.lexicon import BOUNDARY, NAMES, Lexicon, lexicon_for, tokenize
+from controller.language.lexicon import BOUNDARY, NAMES, Kind, Lexicon, lexicon_for, tokenize
 from controller.language.selection import Selection, select
 from controller.language.typos import Speller, speller
 from controller.language.walk import Phrase, Walk, items_of, walk_words
@@ -86,7 +87,8 @@ def read_request(catalog: Catalog, text: str) -> Reading:
     lexicon = lexicon_for(catalog)
     walk = Walk()
     lowered = spell(catalog, normalise(text), walk)
-    lowered, asides = set_aside(lowered, lambda part: names_anything(lexicon, part))
+    lowered, asides = set_aside(lowered, lambda part: names_anything(lexicon, part),
+                                lambda part: says_more(lexicon, part))
     for aside, meaning in asides:
         walk.phrases.append(Phrase(aside, meaning))
     walk_words(lexicon, _read_numbers(lowered, walk), walk)
@@ -115,9 +117,19 @@ def spell(catalog: Catalog, text: str, walk: Walk | None = None) -> str:
     return fixed
 
 
+_MORE = frozenset({Kind.PRIORITY, Kind.EXCLUDE, Kind.LEAVE, Kind.BREADTH, Kind.SUITE_WORD,
+                   Kind.CATEGORY_WORD, Kind.OR, Kind.TOPIC, Kind.COUNT})
+
+
 def names_anything(lexicon: Lexicon, text: str) -> bool:
     """Whether `text` names a suite, a template, a tag, a family or a quality."""
     return any(item.kind in NAMES for item in items_of(lexicon, text))
+
+
+def says_more(lexicon: Lexicon, text: str) -> bool:
+    """Whether `text` says what the grammar reads besides names: a number, a priority..."""
+    return bool(numbers.find_quantities(text)) or bool(re.search(r"\d|\$", text)) or any(
+        item.kind in _MORE for item in items_of(lexicon, text))
 
 
 def _read_numbers(text: str, walk: Walk) -> str:

@@ -123,7 +123,8 @@ def _singular(key: tuple[str, ...]) -> tuple[str, ...]:
 def spellings(name: str) -> list[tuple[str, ...]]:
     """A name as written, with the other separator, and as separate words."""
     words = tuple(w for w in re.split(r"[-_]", name) if w)
-    return [(name,), (name.replace("_", "-"),), (name.replace("-", "_"),), words]
+    joined = [("".join(words),)] if len(words) > 1 else []  # "boardmeeting"
+    return [(name,), (name.replace("_", "-"),), (name.replace("-", "_"),), words, *joined]
 
 
 _CACHE: dict[int, tuple[Catalog, Lexicon]] = {}

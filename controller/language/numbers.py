@@ -47,10 +47,12 @@ _LIMIT = _any(
     r"(?:stop|halt) if (?:it|we|the run|the cost|the bill) (?:goes|go|gets|get) (?:over|above)",
     r"(?:do not|don't|dont) (?:spend|go) (?:more than|over|above)",
     r"spend(?:ing)?(?: at most| up to| no more than| under| less than)?",
+    r"(?:a |the )?(?:spending |cost |budget )?(?:ceiling|cap|limit) of", r"(?:a |the )?max of",
 )
 _PRE = rf"(?:{_LIMIT}\s+){{0,3}}"
 _MONEY_WORD = r"(?:dollars?|usd|bucks?)"
-_MONEY_POST = r"(?:\s+(?:max(?:imum)?|tops|total|in total|budget|limit|cap|overall))?"
+_MONEY_POST = (r"(?:\s+(?:max(?:imum)?|tops|total|in total|budget|limit|cap|overall|ceiling|"
+               r"spending (?:limit|cap|ceiling)|cost (?:limit|cap|ceiling)|or less|at most))?")
 _MONEY_PATTERNS = (
     rf"{_START}{_PRE}(?:(?:a|the|our|my|total)\s+){{0,2}}budget(?:\s+(?:of|is|to|at|cap|"
     rf"limit))?\s*[=:]?\s*(?:(?:under|at most|up to|max|of)\s+)?(?:\$\s*|usd\s*)?{_NUM}"

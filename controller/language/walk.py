@@ -171,6 +171,11 @@ class _Walker:
         kind, meaning = item.kind, item.meaning
         assert meaning is not None
         if kind in _SKIPPED:
+            if (item.word in ("from", "of") and self.excluding is not None
+                    and self.excluded_any and self.next_kind(at) in NAMES):
+                self.end_exclusion()  # "drop X from corporate": corporate is what is run
+                self.group = None
+                return
             if kind is Kind.NOUN and self.group is None and self.clause_unknown:
                 self.ask("it describes templates in words I do not know", *self.clause_unknown)
             if item.word == "out" and self.leave:
@@ -211,6 +216,9 @@ class _Walker:
         if self.excluding is not None and not self.excluded_any:
             self.ask(f"{self.excluding!r} does not say what it leaves out", item.phrase)
             self.excluded_any = True
+        elif item.phrase in ("the rest", "the others", "the other ones") and any(
+                g.exclude for g in self.walk.groups):
+            return  # "skip X and run the rest": what the exclusion leaves
         elif meaning.value == "reference" and self.excluding is None:
             self.ask("it points at something the request does not name", item.phrase)
 

@@ -106,7 +106,11 @@ PRIORITY_PHRASES = {
         on the cheap | thrifty | budget-friendly | priority cost | priority is cost |
         cost first | cost over speed | cost matters most | cost is what matters |
         minimal cost | minimum cost | least cost | at the lowest cost | penny-pinching |
-        cheapest first | cheapest ones first""",
+        cheapest first | cheapest ones first | optimise for cost | optimize for cost |
+        optimised for cost | optimized for cost | keep spending low | keep spend low |
+        keep the cost low | keep the costs low | low spend | minimal spend | cost-conscious |
+        cost conscious | cost-efficient | cost efficient | cost-effective | cost effective |
+        least expensive | cheaply as possible""",
     "speed": """fast | run fast | quickly | asap | as fast as possible | as soon as possible |
         speed | speed priority | hurry | in a hurry | max parallelism | maximum parallelism |
         urgent | urgently | rapidly | fastest | cost doesn't matter | cost does not matter |
@@ -118,18 +122,22 @@ PRIORITY_PHRASES = {
         spare no expense | speed matters most | speed matters | speed is what matters |
         speed is key | speed first | speed over cost | cost doesn't | cost does not |
         priority speed | priority is speed | fast as possible | quick as possible |
-        as quick as possible | pronto | right away""",
+        as quick as possible | pronto | right away | real quick | really quick |
+        in a rush | rush | rush it | optimise for speed | optimize for speed |
+        optimised for speed | optimized for speed | speed it up | quick as you can |
+        fastest possible | time is of the essence | high priority""",
     "balanced": """balanced | balance | reasonable speed | balanced strategy | middle ground |
         balance cost and speed | balance speed and cost | balancing cost and speed |
         a balance of cost and speed | balanced priority | priority balanced |
-        priority is balanced | middle of the road | balanced approach""",
+        priority is balanced | middle of the road | balanced approach | reasonable pace |
+        moderate pace | steady pace | normal speed | normal pace | default priority""",
 }
 INTENT_PHRASES = {
     "run": """run | start | launch | execute | go | kick off | test | try | fire | fire off |
         begin | running | let's run | lets run | rerun | re-run | ran | spin up | kicking off |
         kick it off | do | get | going | go ahead with | go ahead and run | trigger | queue up |
         smoke | smoke test | give | another go | a go | another run | let's do | lets do |
-        fire up | start up | run through | do a run of | kick""",
+        fire up | start up | run through | do a run of | kick | repeat | redo""",
     "plan": """plan | estimate | how much would | what would | dry run | dry-run | preview |
         quote | price | show me a plan | what if | how long would | propose | suggest |
         recommend | what does | how much does | how much is | how much for |
@@ -168,7 +176,10 @@ NOUNS = """templates template sims sim simulations simulation scenarios scenario
     variants variant set sandboxes sandbox tests jobs job runs stuff things"""
 # Words read past: politeness, articles, pronouns, auxiliaries, the words around numbers.
 FILLER = """
-please pls plz kindly thanks thank thx ty ta cheers sorry bother appreciate appreciated really
+please pls plz kindly thanks thank thx ty ta cheers sorry alright morning afternoon
+evening team folks guys everyone hoping hope wondering wonder think guess maybe perhaps
+actually basically honestly anyway btw fyi tonight tomorrow later soon quickie bother
+appreciate appreciated really
 mind chance hey hi hello ok okay sure yes great good fine cool awesome
 the a an of to for me i we us you u our my your their its it's his her
 want need would like could can will shall should may might must let let's lets i'd we'd
@@ -188,7 +199,12 @@ is what matters matters what
 # Phrases read past as a whole (their words alone may mean something, or nothing known).
 FILLER_PHRASES = """right now | when you get a chance | when you can | if you can | if possible |
     if you could | for me | for us | thank you | thanks a lot | no worries | by itself |
-    on its own | as usual | like always"""
+    on its own | as usual | like always | nothing fancy | quick question | good morning |
+    good afternoon | good evening | hi there | hello there | hey there | before lunch |
+    after lunch | this morning | this afternoon | this evening | end of day | by eod |
+    when possible | whenever you can | at your convenience | much appreciated |
+    thanks in advance | thanks so much | thank you so much | if that's ok | if that's okay |
+    if that works | sanity check | double check | as a sanity check | one more time"""
 # Words a request may carry after its names, each with the phrase it starts ("only").
 TOPIC_NOUNS = "analysis research study studies purposes"
 # Count words before a name ("the two vc pitch ones", "the 7 quick templates").
