@@ -34,8 +34,8 @@ class Speller:
         then one changed, then one too many; the first kind that finds exactly one known
         word decides ("minuts" is "minutes", a letter missing, before "minus").
         """
-        if word in self.known or len(word) < 3 or not re.search(r"[a-z]", word):
-            return None
+        if word in self.known or len(word) < 3 or "'" in word or not re.search(r"[a-z]", word):
+            return None  # contractions are left alone: "what's" is not "that's"
         for found in self._slips(word):
             found = {c for c in found if c in self.targets and _safe(word, c)}
             if len(found) == 2:  # "minuts": minute or minutes, one word either way

@@ -243,5 +243,8 @@ current yesterday today week month time times ago recent recently history histor
 average typically usually usual over across per total typical
 thing slow slower new big small old other same timeouts timeout ooms oom
 show tell list rank explain give report happened happen hit
+what's who's where's how's it's that's there's here's isn't aren't wasn't weren't hasn't
+haven't didn't doesn't don't won't can't couldn't shouldn't wouldn't i'm i've i'd we've we'll
+you're they're let's
 """
 COMMON = frozenset(_COMMON.split())
