@@ -194,7 +194,8 @@ def _resolve(catalog: Catalog, text: str, walk: Walk) -> Reading:
 def _choices(catalog: Catalog, walk: Walk, selection: Selection,
              budget: float | None) -> tuple[list[Choice], str | None]:
     """The choices to offer instead of a selection ([] to go ahead), and why."""
-    partial = partial_options(catalog, walk.unread or walk.unknown)
+    partial = partial_options(catalog, walk.unread or [
+        w for w in walk.unknown if w not in walk.parts])  # not the words already tried in scope
     if selection.ask is not None:
         return _or_menu(catalog, [*partial, *selection.options], budget), selection.ask
     if selection.menu:

@@ -110,7 +110,7 @@ _PARALLEL_NOUN = (r"(?:(?:of them|of those|of these|sandboxe?s?|jobs?|templates?
 _PARALLEL_TAIL = _any(
     r"at a time", r"at once", r"at the same time", r"in parallel", r"parallel(?: workers| jobs|"
     r" sandboxes| slots)?", r"concurrently", r"concurrent", r"simultaneously", r"together",
-    r"side by side", r"in flight", r"workers?", r"slots?", r"threads?", r"-?way parallel",
+    r"side by side", r"in flight", r"workers?", r"slots?", r"threads?", r"-?way parallel", r"wide",
     r"in parallel max",
 )
 _PARALLEL_KEY = (r"(?:(?:a|the)\s+)?(?:max(?:imum)?[ _-]?)?(?:parallelism|concurrency|parallel|"
@@ -118,14 +118,16 @@ _PARALLEL_KEY = (r"(?:(?:a|the)\s+)?(?:max(?:imum)?[ _-]?)?(?:parallelism|concur
 _ONE_AT_A_TIME = _any(
     r"one at a time", r"one by one", r"one after (?:the )?other", r"sequential(?:ly)?",
     r"serially", r"in sequence", r"in series", r"no parallelism", r"not in parallel",
-    r"without parallelism", r"no concurrency", r"without concurrency",
+    r"without parallelism", r"no concurrency", r"without concurrency", r"in serial",
+    r"serial(?:ly)?",
     r"single[- ]threaded", r"one-at-a-time", r"one after another",
 )
 _PARALLEL_PATTERNS = (
     rf"{_START}(?:{_PARALLEL_QUALIFIER}\s+){{0,2}}{_COUNT}\s*(?:x\s+)?{_PARALLEL_NOUN}"
     rf"{_PARALLEL_TAIL}{_END}",
     rf"{_START}(?:(?:cap|limit|set|with)\s+)?{_PARALLEL_KEY}\s*(?:of|=|:|to|at|is|level|"
-    rf"level of|set to|capped at|limited to)?\s*{_COUNT}{_END}",
+    rf"level of|set to|capped at|limited to|limit(?: of)?|cap(?: of)?)?\s*{_COUNT}{_END}",
+    rf"{_START}(?P<pairs>in pairs|two by two|pairwise){_END}",
     rf"{_START}(?:in\s+)?(?:batch(?:es)?|groups?|waves?|chunks?) of\s+{_COUNT}{_END}",
     rf"(?<![\w$.])-j\s*(?P<j>\d+){_END}|{_START}j\s*[=:]\s*(?P<j2>\d+){_END}",
     rf"{_START}(?P<one>{_ONE_AT_A_TIME}){_END}",
@@ -159,6 +161,8 @@ def _value(match: re.Match[str]) -> float:
         return 1.0
     if groups.get("a"):
         return 1.0
+    if groups.get("pairs"):
+        return 2.0
     if groups.get("spoken"):
         return float(_SPOKEN_TIMES[groups["spoken"]])
     for name in ("j", "j2"):
@@ -179,6 +183,12 @@ def find_quantities(text: str) -> list[Quantity]:
         at = 0
         while (match := pattern.search(text, at)) is not None:
             start, end = match.span()
+            inside = [a for a, b in taken if start < a < end]
+            if inside and not any(a <= start < b for a, b in taken):
+                # "1 dollars max 1 in parallel": the words after the amount belong to the
+                # phrase already read; the amount alone may still be taken
+                match = pattern.match(text, start, min(inside)) or match
+                start, end = match.span()
             if start == end or any(start < b and a < end for a, b in taken):
                 at = start + 1  # a later, shorter match may still be free
                 continue

@@ -13,6 +13,7 @@ vc pitch ones" in quick, which has two). Pure: no I/O.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 from controller.catalog.templates import Catalog
@@ -106,6 +107,7 @@ class _Resolver:
         groups = self._groups()
         include = [(i, g) for i, g in groups if not g.exclude]
         if not include:
+            self.walk.unknown.extend(w for _, g in groups for w in g.partial)
             return Selection(menu=True)
         include = [(i, self._reread(part)) for i, g in include for part in _split(self.catalog, g)]
         if self.walk.either and len(include) > 1:
@@ -280,7 +282,9 @@ class _Resolver:
         excluded: list[str] = []
         for index, group in groups:
             group = self._reread(group, scope)
-            if group.kinds() <= _FAMILY_KINDS:
+            if group.partial:
+                ids = self._partial(group, scope, result)
+            elif group.kinds() <= _FAMILY_KINDS:
                 ids = family_exclusion(self.catalog, index, group, scope)
             else:
                 bases = [m for m, _ in group.names if m.kind in _BASES]
@@ -299,6 +303,27 @@ class _Resolver:
             raise Ask("the exclusions leave out everything that was named")
         return list(dict.fromkeys(excluded))
 
+
+    def _partial(self, group: Group, scope: set[str], result: Selection) -> list[str]:
+        """Words of an id, excluded: the templates of the scope whose ids hold them all
+        ("everything in portal-test but the unicorn one": portal_startup_unicorn)."""
+        parts = {p for w in group.partial for p in re.split(r"[-_]", w) if len(p) >= 3}
+        bases = [m for m, _ in group.names if m.kind in _BASES]
+        within = self._narrowed(group, bases[0] if bases else None) if group.names else list(
+            scope)
+        found = [t for t in within if t in scope and parts and parts <= set(re.split(
+            r"[-_]", t))]
+        if len(found) == 1 or (found and group.plural):
+            self.notes.append(f"read {group.text!r} as {', '.join(found)}, in what is named")
+            return found
+        self.walk.unknown.extend(group.partial)
+        self.walk.parts.extend(group.partial)
+        named = [t for t in _ids(self.catalog, result)[1] or [
+            t for s in result.suites for t in self.catalog.suites[s]]]
+        options: list[Option] = [(f"as named, without {t}", (), tuple(x for x in named if x != t))
+                                 for t in found[:4]]
+        raise Ask(f"I could not tell what {group.text!r} leaves out", options=[
+            *options, ("as named, leaving nothing out", (), tuple(named))])
 
     def _near_misses(self, group: Group, ids: list[str], result: Selection) -> list[Option]:
         """An exclusion that missed: the named templates that share a rare part of the one

@@ -38,10 +38,12 @@ class Group:
     count: int | None = None
     kind_word: Kind | None = None  # "suite" or "category" said after the names
     topic: bool = False  # "corporate analysis": a subject, not a selection
+    partial: list[str] = field(default_factory=list)  # words of an id ("the unicorn one")
+    plural: bool = False  # "ones", "templates" said after it
 
     @property
     def text(self) -> str:
-        said = " ".join(phrase for _, phrase in self.names)
+        said = " ".join([*(phrase for _, phrase in self.names), *self.partial])
         return f"{self.cue} {said}" if self.cue else said
 
     def kinds(self) -> set[Kind]:
@@ -62,6 +64,7 @@ class Walk:
     asks: list[str] = field(default_factory=list)  # why the reading must ask
     unread: list[str] = field(default_factory=list)  # words that made it ask
     either: bool = False  # "A or B": which one is asked
+    parts: list[str] = field(default_factory=list)  # words read as parts of ids, in scope
 
 
 @dataclass
@@ -147,11 +150,15 @@ class _Walker:
             self.count = (int(float(word)), word)
             self.group = None
             return
+        if self.excluding is not None:  # maybe part of a name: read within what is excluded
+            if self.group is None:
+                self.group = Group(exclude=True, cue=self.excluding)
+                self.walk.groups.append(self.group)
+            self.group.partial.append(word)
+            self.excluded_any = True
+            return
         self.walk.unknown.append(word)
         self.clause_unknown.append(word)
-        if self.excluding is not None:
-            self.ask(f"I could not read what {self.excluding!r} leaves out", word)
-            self.excluded_any = True
 
     def name(self, item: _Item) -> None:
         assert item.meaning is not None
@@ -178,8 +185,11 @@ class _Walker:
                 return
             if kind is Kind.NOUN and self.group is None and self.clause_unknown:
                 self.ask("it describes templates in words I do not know", *self.clause_unknown)
+            if kind is Kind.NOUN and self.group is not None and item.word.endswith("s"):
+                self.group.plural = True
             if item.word == "out" and self.leave:
                 self.end_exclusion()
+                self.group = None
             return
         if kind in (Kind.SUITE_WORD, Kind.CATEGORY_WORD, Kind.TOPIC):
             if self.group is not None:
@@ -189,7 +199,7 @@ class _Walker:
                     self.group.kind_word = kind
             return
         if kind is Kind.PRONOUN:
-            self.pronoun(meaning, item)
+            self.pronoun(at, meaning, item)
             return
         if kind is Kind.COUNT and item.word == "one" and self.group is not None:
             return  # "the historical one": a noun after a name, not a count
@@ -212,7 +222,11 @@ class _Walker:
             self.end_exclusion()
             self.modifier(meaning, item.phrase)
 
-    def pronoun(self, meaning: Meaning, item: _Item) -> None:
+    def pronoun(self, at: int, meaning: Meaning, item: _Item) -> None:
+        following = self.items[at + 1 : at + 3]
+        if (len(following) == 2 and following[0].word in ("in", "of", "from")
+                and following[1].kind in NAMES):
+            return  # "those in corporate": corporate is named next
         if self.excluding is not None and not self.excluded_any:
             self.ask(f"{self.excluding!r} does not say what it leaves out", item.phrase)
             self.excluded_any = True
@@ -226,7 +240,10 @@ class _Walker:
         follows = self.next_kind(at)
         if meaning.value == "maybe" and follows not in NAMES and follows != "unknown":
             return  # "no rush", "not in a hurry": not an exclusion
-        if meaning.value == "but" and follows not in NAMES:
+        scoped = bool(self.walk.groups) and (self.walk.groups[-1].breadth or any(
+            m.kind is Kind.ALL for m, _ in self.walk.groups[-1].names))
+        if meaning.value == "but" and follows not in NAMES and not (
+                follows == "unknown" and scoped):  # "everything in X but the unicorn one"
             self.end_exclusion()
             return  # "skip X but run the rest": the exclusion ends
         if self.excluding is not None and not self.excluded_any:

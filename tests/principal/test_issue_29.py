@@ -47,15 +47,22 @@ def test_a_category_in_the_plural_and_a_priority_phrase(builtin: Catalog) -> Non
     assert the_plan.priority is Priority.COST
 
 
-def test_everything_in_a_suite_but_one_of_them(builtin: Catalog) -> None:
-    the_plan = _plan(builtin, "everything in portal-test but portal_startup_unicorn")
+@pytest.mark.parametrize("text", [
+    "everything in portal-test but portal_startup_unicorn",
+    "everything in portal-test but portal_startup_unicron",  # a slip in the id
+    "everything in portal-test but the unicorn one",  # words of an id, read within portal-test
+])
+def test_everything_in_a_suite_but_one_of_them(builtin: Catalog, text: str) -> None:
+    the_plan = _plan(builtin, text)
     assert set(the_plan.selected) == PORTAL_TEST - {"portal_startup_unicorn"}
+    assert the_plan.max_parallel <= 3
 
 
 @pytest.mark.parametrize("text", [
     "everything in portal-test but portal_unicorn",  # a template, but not one of portal-test's
-    "everything in portal-test but the unicorn one",
+    "everything in portal-test but the expensive one",
     "everything in portal-test but that one",
+    "run the portal suite except the tenure one",  # four tenure templates in it: which?
     "run everything except the expensive ones",
     "run everything but it",
 ])
