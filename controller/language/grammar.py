@@ -108,7 +108,11 @@ def spell(catalog: Catalog, text: str, walk: Walk | None = None) -> str:
             _SPELLERS.clear()
         _SPELLERS[id(catalog)] = cached
     fixed = text
+    vocabulary = lexicon_for(catalog).vocabulary
     for word, start, end in reversed(tokenize(text)):
+        if word.endswith("'s") and word[:-2] in vocabulary and word not in COMMON:
+            fixed = fixed[:start] + word[:-2] + "  " + fixed[end:]  # "quick's": quick
+            continue
         right = cached[1].correct(word)
         if right is not None:
             fixed = fixed[:start] + right + fixed[end:]

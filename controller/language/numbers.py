@@ -48,6 +48,7 @@ _LIMIT = _any(
     r"(?:do not|don't|dont) (?:spend|go) (?:more than|over|above)",
     r"spend(?:ing)?(?: at most| up to| no more than| under| less than)?",
     r"(?:a |the )?(?:spending |cost |budget )?(?:ceiling|cap|limit) of", r"(?:a |the )?max of",
+    r"(?:stop|halt|cut (?:it )?off|cap it) (?:at|once (?:it|we) (?:hit|reach)(?:es)?)",
 )
 _PRE = rf"(?:{_LIMIT}\s+){{0,3}}"
 _MONEY_WORD = r"(?:dollars?|usd|bucks?)"

@@ -223,10 +223,11 @@ class _Walker:
             self.modifier(meaning, item.phrase)
 
     def pronoun(self, at: int, meaning: Meaning, item: _Item) -> None:
-        following = self.items[at + 1 : at + 3]
-        if (len(following) == 2 and following[0].word in ("in", "of", "from")
+        following = [i for i in self.items[at + 1 : at + 6] if i.kind is not Kind.FILLER
+                     or i.word in ("in", "of", "from", "within")]
+        if (len(following) >= 2 and following[0].word in ("in", "of", "from", "within")
                 and following[1].kind in NAMES):
-            return  # "those in corporate": corporate is named next
+            return  # "those in corporate", "whatever is in corporate": corporate is named
         if self.excluding is not None and not self.excluded_any:
             self.ask(f"{self.excluding!r} does not say what it leaves out", item.phrase)
             self.excluded_any = True

@@ -64,8 +64,8 @@ FAMILY_PHRASES = {
 # Words that name two different sets; read by what is around them, else asked about.
 AMBIGUOUS = {
     "founders": "founder | founders",  # the corporate founder tag or the founder portal family
-    "full": """full run | a full run | the full run | full pass | a full pass | full sweep |
-        the full thing | a full sweep""",  # the full suite or everything
+    "full": """a full run | the full run | a full pass | the full pass | a full sweep |
+        the full thing | do a full run""",  # the full suite or everything
 }
 ALL_PHRASES = {
     "": """everything | ultra | all templates | the whole catalog | the entire catalog |
@@ -204,7 +204,11 @@ FILLER_PHRASES = """right now | when you get a chance | when you can | if you ca
     after lunch | this morning | this afternoon | this evening | end of day | by eod |
     when possible | whenever you can | at your convenience | much appreciated |
     thanks in advance | thanks so much | thank you so much | if that's ok | if that's okay |
-    if that works | sanity check | double check | as a sanity check | one more time"""
+    if that works | sanity check | double check | as a sanity check | one more time |
+    quick favour | quick favor | quick one | quick request | quick ask | quick thing |
+    quick note | nothing else | nothing more | and nothing else | that's it | that is all |
+    that's all | here's the deal | tagged | tagged with | with the tag | labelled | labeled |
+    marked"""
 # Words a request may carry after its names, each with the phrase it starts ("only").
 TOPIC_NOUNS = "analysis research study studies purposes"
 # Count words before a name ("the two vc pitch ones", "the 7 quick templates").
@@ -214,7 +218,7 @@ COUNTS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven
 # Pronouns: as the object of an exclusion they name nothing the reader can see; a
 # reference ("those", "the other one") names nothing anywhere.
 PRONOUNS = {
-    "object": "it | them | they | something | anything",
+    "object": "it | them | they | something | anything | whatever | whichever",
     "reference": """those | these | that | this | the other one | the others | the other ones |
         the rest | that one | this one | those ones | these ones | the same | same ones |
         the same ones""",
