@@ -38,7 +38,7 @@ from controller.language.lexicon import BOUNDARY, NAMES, Kind, Lexicon, lexicon_
 from controller.language.selection import Selection, select
 from controller.language.typos import Speller, speller
 from controller.language.walk import Phrase, Walk, items_of, walk_words
-from controller.language.words import COMMON
+from controller.language.words import COMMON, ENGLISH
 
 MAX_REQUEST_CHARS = 2000
 _FIELD_WORDS = {"budget_usd": "budget", "max_parallel": "parallelism",
@@ -102,8 +102,9 @@ def spell(catalog: Catalog, text: str, walk: Walk | None = None) -> str:
     """`text` with each slip of a known word corrected (noted in `walk`)."""
     cached = _SPELLERS.get(id(catalog))
     if cached is None or cached[0] is not catalog:
-        known = lexicon_for(catalog).vocabulary | numbers.VOCABULARY | COMMON
-        cached = (catalog, speller(known, never=numbers.NUMBER_WORDS))
+        ours = lexicon_for(catalog).vocabulary | numbers.VOCABULARY | COMMON
+        never = numbers.NUMBER_WORDS | (ENGLISH - ours)
+        cached = (catalog, speller(ours | ENGLISH, never=never))
         if len(_SPELLERS) > 16:
             _SPELLERS.clear()
         _SPELLERS[id(catalog)] = cached

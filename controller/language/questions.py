@@ -27,7 +27,8 @@ _POLITE = (r"(?:(?:please|pls|kindly|hey|hi|hello|ok|okay|so|now|just|then|and|a
            r"can you|could you|would you|will you|can u|could u|i want to|i'd like to|"
            r"i would like to|we need to|i need to|let's|lets|go ahead and|time to)[\s,!]+)*")
 _VERB = (r"(?:run|re-?run|start|launch|kick(?:ing)? off|kick|fire(?: off| up)?|execute|spin up|"
-         r"test|try|queue(?: up)?|trigger|plan|estimate|preview|quote|give|do|get|smoke)\b")
+         r"test|try|queue(?: up)?|trigger|plan|estimate|preview|quote|give|do|get|smoke)\b"
+         r"(?=\s+[\w$])")  # a request says what: "queue?" alone is a question
 _REQUEST = re.compile(
     rf"^\s*{_POLITE}{_VERB}(?!-)|\b(?:could|can|would|will) (?:you|u) (?:please |pls )?"
     rf"(?:run|re-?run|start|launch|kick off|fire off|spin up|execute)\b|\bplease (?:run|start|"
@@ -42,20 +43,24 @@ _KINDS = (
      r" than\b|\bbetter or worse\b|\bagainst (?:the )?(?:previous|last|prior)\b|"
      r"\bdifferen(?:t|ce)s? (?:from|to|with|between)\b|\bwhat(?:'s| has| is)? (?:changed|"
      r"different)\b|\bchanged since\b|\bimprov(?:ed|ement|ing)\b|\bregress(?:ed|ions?)?\b|"
-     r"\blast two runs\b"),
+     r"\blast two runs\b|\bgetting (?:better|worse)\b|\b(?:trend|trending)\b(?! for)"),
     ("least_reliable", r"\bflak(?:y|iest|iness|ing|es)\b|\b(?:least |most un|less )reliable\b|"
      r"\bunreliable\b|\breliab(?:le|ility)\b|\bkeeps? (?:failing|breaking|crashing)\b|"
      r"\b(?:fail|break|crash)(?:s|es)? (?:the )?(?:most|more|a lot|repeatedly|regularly)\b|"
      r"\b(?:fail|break|crash)(?:s|es)? (?:most |more |the most )?often\b|\boften fail\b|"
      r"\b(?:worst|lowest) (?:success|pass) rates?\b|\bfailure rates?\b|\bmost failures\b|"
-     r"\bsucceeds? (?:the )?least\b|\bleast (?:often )?succe"),
+     r"\bsucceeds? (?:the )?least\b|\bleast (?:often )?succe|\b(?:least |less |un)stable\b|"
+     r"\bworry about\b|\btrouble ?makers?\b|\bproblem (?:templates|sims|children)\b"),
     ("most_expensive", r"\bpriciest\b|\bcostliest\b|\bmost (?:expensive|costly)\b|"
      r"\b(?:burn|cost|spend|eat|use|spent|burned|used)(?:s)? (?:us |me |you )?(?:the )?most\b|"
      r"\bmost (?:money|cost|spend)\b|\beating (?:the|our|my|up the|up our) (?:budget|money)\b|"
      r"\b(?:rank|sort|list|order)\b.*\bby (?:cost|spend|price|money)\b|"
      r"\b(?:top|biggest|largest) (?:\d+ )?(?:spenders?|costs?|expenses)\b|"
+     r"\b(?:cost|spend|spending|money)\b.*\b(?:by|per) (?:template|sim|simulation)\b|"
+     r"\b(?:costing|charging) (?:us |me )?(?:the )?most\b|\bbreakdown\b|"
      r"\bexpensive ones\b|\bwhere (?:is|does|did) (?:the |our |all the )?money go"),
-    ("waiting", r"\bwaiting\b|\bpending\b|\bqueued\b|\bin (?:the )?queue\b|\bbacklog\b|"
+    ("waiting", r"\bwaiting\b|\bpending\b|\bqueued\b|\bqueue\b|\bbacklog\b|"
+     r"\b(?:so long|forever|ages) to (?:start|launch|begin|get going)\b|"
      r"\bstuck\b|\bon hold\b|\bheld\b|\bblock(?:ed|ing|s)?\b|\bholding (?:\w+ )?up\b|"
      r"\bwhy is nothing\b|\bnothing (?:is )?(?:running|starting)\b|"
      r"\b(?:hasn't|has not|haven't|have not|didn't|did not|isn't|is not|aren't|are not|not|"
@@ -64,7 +69,9 @@ _KINDS = (
     ("failures", r"\bfail(?:ed|ing|ures?|s)?\b|\b(?:went|go|gone|going) wrong\b|\bbroke\b|"
      r"\bbroken\b|\berror(?:s|ed)?\b|\bcrash(?:ed|es)?\b|\btime(?:d)? ?outs?\b|"
      r"\btimed out\b|\booms?\b|\bout of memory\b|\bexit(?:ed)? (?:codes?|with)\b|"
-     r"\bdie[sd]?\b|\bdead\b|\bkill(?:ed|s)?\b"),
+     r"\bdie[sd]?\b|\bdead\b|\bkill(?:ed|s)?\b|\b(?:didn't|did not|doesn't|does not|won't)"
+     r" (?:work|finish|complete|pass|succeed)\b|\bdid (?:everything|it all|they all|all of them)"
+     r" pass\b|\b(?:not|never) (?:finish|complete|pass)(?:ed)?\b"),
     ("cost", r"\bcosts?\b|\bcosting\b|\bspen[dt]\b|\bspending\b|\bburn(?:ed|t)?\b|\bdamage\b|"
      r"\bexpensive\b|\bmoney\b|\bbill\b|\bpricey\b|\bhow much\b(?! longer| more| time)|"
      r"\b(?:over|under|within|on) (?:the )?budget\b|\bbudget (?:left|remaining)\b"),
@@ -77,7 +84,8 @@ _KINDS = (
      r"\bwhat(?:'s| has)? happen(?:ed|ing)\b|^\s*(?:list|show)(?: me)?(?: the)? runs\b|"
      r"\bactive runs\b|\bhow long (?:until|till|before|left|to go)\b|\bwhen will\b.*"
      r"\b(?:finish|be done|end|complete)\b|\bhow many\b.*\b(?:done|left|remaining|finished|"
-     r"running|to go)\b|\b(?:left|remaining) to (?:run|go)\b|\bare we done\b"),
+     r"running|to go)\b|\b(?:left|remaining) to (?:run|go)\b|\bare we done\b|"
+     r"\bstate of (?:things|the run|play|affairs)\b|\bhow have\b.*\bgone\b"),
 )
 _KIND_PATTERNS = tuple((kind, re.compile(pattern)) for kind, pattern in _KINDS)
 # A cost asked of something not run yet is a price, for a plan: "what would quick cost?",

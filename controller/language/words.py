@@ -205,7 +205,7 @@ FILLER_PHRASES = """right now | when you get a chance | when you can | if you ca
     when possible | whenever you can | at your convenience | much appreciated |
     thanks in advance | thanks so much | thank you so much | if that's ok | if that's okay |
     if that works | sanity check | double check | as a sanity check | one more time |
-    quick favour | quick favor | quick one | quick request | quick ask | quick thing |
+    quick favour | quick favor | quick request | quick ask | quick thing |
     quick note | nothing else | nothing more | and nothing else | that's it | that is all |
     that's all | here's the deal | tagged | tagged with | with the tag | labelled | labeled |
     marked"""
@@ -252,3 +252,16 @@ haven't didn't doesn't don't won't can't couldn't shouldn't wouldn't i'm i've i'
 you're they're let's
 """
 COMMON = frozenset(_COMMON.split())
+# Plain English words that are never read as a slip of another word, nor a slip read as
+# them ("worry" is not "sorry", "sort" is not "short").
+_ENGLISH = """
+worry worried concern concerned care know see look looks help work works working worked
+need wants like love hate keep make take come say feel seem mean find leave call ask turn
+move believe bring write lose pay meet include continue set learn change understand watch
+follow stop create read allow add grow open win offer remember consider appear buy serve
+send expect build stay fall cut reach remain suggest raise sell require decide pull stable
+state deal favour favor worth rather still even ever never always already often sometimes
+much many more most less least few lot lots bit little enough such same own able sure true
+real whole half empty next first second third final early late long short high low
+"""
+ENGLISH = frozenset(_ENGLISH.split())
