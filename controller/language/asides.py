@@ -23,10 +23,11 @@ _KEYS = (r"priority|suites?|templates?|categor(?:y|ies)|strategy|mode|budget(?:_
 _KEY_VALUE = re.compile(rf"(?<![\w-])({_KEYS})\s*[=:]\s*(?=[\w$])")
 _RUN_VERB = r"(?:run|start|launch|kick|fire|execute|rerun|re-run|do|test|try|spin|queue|go)\b"
 _RIDER = re.compile(
-    r"(?:\s*[,;]\s*|\s+)(?:and\s+)?(?:then\s+)?(?:(?:please|pls|also)\s+)?"
+    r"(?:\s*[,;]\s*|\s+-\s+|\s+)(?:and\s+)?(?:then\s+)?(?:(?:please|pls|also)\s+)?"
     r"(?:(?:tell|show|let)\s+(?:me|us)(?:\s+know)?|report(?:\s+back)?|send\s+me|ping\s+me|"
     r"(?:how\s+(?:long|much)|what)\s+(?:will|would|does|did|is|should)\s+(?:that|it|this|they|"
-    r"the run|those|these)|how\s+long\s+(?:will|would)\s+(?:that|it|this)\s+take)"
+    r"the run|those|these)|how\s+long\s+(?:will|would)\s+(?:that|it|this)\s+take|"
+    r"what(?:'s| is| will be)\s+the\s+(?:eta|cost|estimate|price|damage|total))"
     r"\b[^.;!?]*[.!?]?\s*$"
 )
 _REASON = re.compile(
@@ -53,6 +54,9 @@ def normalise(text: str) -> str:
     text = text.lower().replace("\u2019", "'").replace("\u2018", "'")
     text = re.sub(r"(?<![\w/])w/o(?![\w/])", "without", text)
     text = re.sub(r"(?<![\w/])w/(?![\w/])", "with ", text)
+    text = re.sub(r"<=|=<", " at most ", re.sub(r">=|=>", " at least ", text))
+    text = re.sub(r"<", " under ", re.sub(r"(?<![-=])>", " over ", text))
+    text = re.sub(r"(?<=[a-z0-9])/(?=[a-z])(?!cd\b)", " / ", text)  # "quick/full": a list
     text = re.sub(r"\s[\u2013\u2014]\s|[\u2013\u2014]", " - ", text)
     text = _FLAG.sub(" ", text)
     return _KEY_VALUE.sub(lambda m: m.group(1) + " ", text)

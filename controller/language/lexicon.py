@@ -85,7 +85,7 @@ def _own_words() -> dict[tuple[str, ...], Meaning]:
 
 
 OWN_WORDS = _own_words()
-_TOKEN = re.compile(r"[a-z0-9$]+(?:['\u2019/.-][a-z0-9]+|_[a-z0-9]+)*|[,;:.!?|+&()\u00a6-]")
+_TOKEN = re.compile(r"[a-z0-9$]+(?:['\u2019/-][a-z0-9]+|_[a-z0-9]+|\.\d+)*|[,;:.!?|+&()/\u00a6-]")
 BOUNDARY = "\u00a6"  # where a number phrase was read: it ends a list, like a comma
 
 

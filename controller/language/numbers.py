@@ -127,7 +127,8 @@ _PARALLEL_PATTERNS = (
     rf"{_START}(?:{_PARALLEL_QUALIFIER}\s+){{0,2}}{_COUNT}\s*(?:x\s+)?{_PARALLEL_NOUN}"
     rf"{_PARALLEL_TAIL}{_END}",
     rf"{_START}(?:(?:cap|limit|set|with)\s+)?{_PARALLEL_KEY}\s*(?:of|=|:|to|at|is|level|"
-    rf"level of|set to|capped at|limited to|limit(?: of)?|cap(?: of)?)?\s*{_COUNT}{_END}",
+    rf"level of|set to|capped at|limited to|limit(?: of)?|cap(?: of)?|at most|max|up to)?\s*"
+    rf"{_COUNT}{_END}",
     rf"{_START}(?P<pairs>in pairs|two by two|pairwise){_END}",
     rf"{_START}(?:in\s+)?(?:batch(?:es)?|groups?|waves?|chunks?) of\s+{_COUNT}{_END}",
     rf"(?<![\w$.])-j\s*(?P<j>\d+){_END}|{_START}j\s*[=:]\s*(?P<j2>\d+){_END}",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from controller.language.lexicon import BOUNDARY, NAMES, Kind, Lexicon, Meaning, tokenize
 
-CLAUSE_ENDS = frozenset(",;:.!?|-()" + BOUNDARY)
+CLAUSE_ENDS = frozenset(",;:.!?|-()/" + BOUNDARY)
 _SKIPPED = frozenset({Kind.FILLER, Kind.NOUN})
 
 
@@ -138,7 +138,7 @@ class _Walker:
 
     def punctuation(self, at: int, item: _Item) -> None:
         self.group = None
-        going_on = item.word in ",+&" and self.next_kind(at) in NAMES
+        going_on = item.word in ",+&/" and self.next_kind(at) in NAMES
         if item.word in "+&" or (going_on and self.excluding):
             return
         self.end_exclusion()
