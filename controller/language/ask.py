@@ -10,14 +10,15 @@ Option = tuple[str, tuple[str, ...], tuple[str, ...]]  # label, suites, template
 class Ask(Exception):
     """Raised where the reading cannot go on without a question.
 
-    `alternatives` are the meanings group `group` could take, each read as the whole
-    request would be with it; `options` are choices already made into selections.
+    `alternatives` are the meanings group `group` could take (or, with `replaces`, the
+    one name of it that could mean several things), each read as the whole request would
+    be with it; `options` are choices already made into selections.
     """
 
     def __init__(self, why: str, group: int | None = None,
                  alternatives: list[tuple[str, list[Meaning]]] | None = None,
-                 options: list[Option] | None = None) -> None:
+                 options: list[Option] | None = None, replaces: Meaning | None = None) -> None:
         super().__init__(why)
-        self.why, self.group = why, group
+        self.why, self.group, self.replaces = why, group, replaces
         self.alternatives = alternatives or []
         self.options = options or []

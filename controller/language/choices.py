@@ -88,7 +88,8 @@ def family_choices(catalog: Catalog, qualities: list[str]) -> list[Choice]:
     options = []
     for family, variants in FAMILIES.items():
         who = "founder profiles (portal-timepoint)" if family == "founders" else "portal"
-        for quality in qualities:
+        for quality in [q for said in qualities for q in (
+                ("none", "standard") if said == "std" else (said,))]:
             suites = tuple(s for s in variants[quality] if s in catalog.suites)
             options.append((f"{who}, {QUALITY_WORDS[quality]}", suites, ()))
     return make_choices(catalog, options)

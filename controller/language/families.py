@@ -55,6 +55,12 @@ def read_families(
             raise Ask("'founder' could be the corporate founder templates or the founder "
                       "portal family", founder[0], _founder_alternatives(catalog))
         families["founders"] = families.get("founders", False) or founder[1]
+    if "std" in qualities and families:
+        index = next(i for i, g in groups for m, _ in g.names if m.value == "std")
+        raise Ask("'standard' could mean no judging or standard judging", index,
+                  [("no judging", [Meaning(Kind.QUALITY, "none")]),
+                   ("standard judging", [Meaning(Kind.QUALITY, "standard")])],
+                  replaces=Meaning(Kind.QUALITY, "std"))
     if "founders" in families and "portal" in families and not families["portal"]:
         del families["portal"]
         notes.append("'portal' with founder profiles reads as the founder portal templates")
@@ -81,11 +87,14 @@ def _family_suites(catalog: Catalog, groups: list[tuple[int, Group]], families: 
             raise Ask("'portal' could be portal-test, the portal suite or every portal "
                       "template", index, _portal_alternatives(catalog))
         else:
-            picked = list(variants["none"])
-            notes.append(
-                f"founder profiles alone read as their standard templates ({picked[0]}); say "
-                f"'all founder templates' for the whole {variants['all'][0]} suite, or name a "
-                "judging level")
+            index = next(i for i, g in groups for m, _ in g.names if m.kind in (
+                Kind.FAMILY, Kind.AMBIGUOUS))
+            raise Ask("founder profiles alone could be their standard templates or all of "
+                      "them", index, [
+                          ("founder profiles: the standard founder portal templates",
+                           [Meaning(Kind.FAMILY, "founders"), Meaning(Kind.QUALITY, "none")]),
+                          ("every founder portal template (portal-timepoint)",
+                           [Meaning(Kind.FAMILY, "founders", True)])])
         suites.extend(s for s in picked if s in catalog.suites)
     return suites
 
@@ -137,6 +146,10 @@ def family_exclusion(catalog: Catalog, index: int, group: Group, scope: set[str]
 
 def _exclusion_readings(group: Group) -> list[tuple[str, list[Meaning]]]:
     kinds = {m.kind: m for m, _ in group.names}
+    if any(m.value == "std" for m, _ in group.names if m.kind is Kind.QUALITY):
+        others = [m for m, _ in group.names if m.value != "std"]
+        return [("the unjudged ones", [*others, Meaning(Kind.QUALITY, "none")]),
+                ("the standard-judged ones", [*others, Meaning(Kind.QUALITY, "standard")])]
     if Kind.AMBIGUOUS in kinds and kinds[Kind.AMBIGUOUS].value == "founders":
         return [("the founder-tagged templates", [Meaning(Kind.TAG, "founder")]),
                 ("the founder portal family", [Meaning(Kind.FAMILY, "founders", True)])]

@@ -124,7 +124,10 @@ def spellings(name: str) -> list[tuple[str, ...]]:
     """A name as written, with the other separator, and as separate words."""
     words = tuple(w for w in re.split(r"[-_]", name) if w)
     joined = [("".join(words),)] if len(words) > 1 else []  # "boardmeeting"
-    return [(name,), (name.replace("_", "-"),), (name.replace("-", "_"),), words, *joined]
+    head, _, last = name.rpartition("-")
+    split = [(head, last)] if "-" in head else []  # "portal-timepoint standard"
+    return [(name,), (name.replace("_", "-"),), (name.replace("-", "_"),), words, *joined,
+            *split]
 
 
 _CACHE: dict[int, tuple[Catalog, Lexicon]] = {}

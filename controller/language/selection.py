@@ -52,7 +52,8 @@ def select(catalog: Catalog, walk: Walk) -> Selection:
         readings = []
         for label, meanings in ask.alternatives:
             try:
-                picked = _Resolver(catalog, walk, {ask.group: meanings}).selection(quiet=True)
+                picked = _Resolver(catalog, walk, {ask.group: meanings}, ask.replaces
+                                   ).selection(quiet=True)
             except Ask:
                 continue
             if picked.ask is None and not picked.menu:
@@ -78,7 +79,7 @@ def _narrowed_by_exclusion(catalog: Catalog, walk: Walk, ask: Ask,
     label, meanings, _ = readings[sizes.index(min(sizes))]
     walk.notes.append(f"{ask.why}; with the exclusion it can only be one that holds what is "
                       f"excluded, and the smallest of those is {label}")
-    return _Resolver(catalog, walk, {ask.group: meanings}).selection()
+    return _Resolver(catalog, walk, {ask.group: meanings}, ask.replaces).selection()
 
 
 def _final(catalog: Catalog, picked: Selection) -> set[str]:
@@ -97,9 +98,10 @@ def _ids(catalog: Catalog, picked: Selection) -> tuple[tuple[str, ...], tuple[st
 
 class _Resolver:
     def __init__(self, catalog: Catalog, walk: Walk,
-                 override: dict[int | None, list[Meaning]] | None = None) -> None:
+                 override: dict[int | None, list[Meaning]] | None = None,
+                 replaces: Meaning | None = None) -> None:
         self.catalog, self.walk = catalog, walk
-        self.override = override or {}
+        self.override, self.replaces = override or {}, replaces
         self.phrases: list[Phrase] = []
         self.notes: list[str] = []
 
@@ -137,7 +139,11 @@ class _Resolver:
     def _groups(self) -> list[tuple[int, Group]]:
         named = []
         for i, group in enumerate(self.walk.groups):
-            if i in self.override:  # an alternative being read: the group means this
+            if i in self.override and self.replaces is not None:  # one name means this
+                said = next(p for m, p in group.names if m == self.replaces)
+                names = [n for n in group.names if n[0] != self.replaces]
+                group = replace(group, names=names + [(m, said) for m in self.override[i]])
+            elif i in self.override:  # an alternative being read: the group means this
                 said = group.names[0][1]
                 group = replace(group, names=[(m, said) for m in self.override[i]])
             named.append((i, group))
@@ -223,7 +229,7 @@ class _Resolver:
     def _with_tag(self, ids: list[str], meaning: Meaning) -> list[str]:
         if meaning.kind is Kind.TAG:
             tags = [meaning.value]
-        elif meaning.value == "none":  # "standard": unjudged, or standard judging in a
+        elif meaning.value == "std":  # "standard": unjudged, or standard judging in a
             tags = ["standard", "standard-judged"]  # judged suite ("portal-simjudged standard")
         else:
             tags = [QUALITY_TAGS[meaning.value]]

@@ -42,6 +42,7 @@ QUALITY_TAGS = {
     "standard": "standard-judged",
     "judged": "judged",
     "none": "standard",
+    "std": "standard",
 }
 QUALITY_WORDS = {
     "thorough": "thorough (thorough simulation-judged variants)",
@@ -49,6 +50,7 @@ QUALITY_WORDS = {
     "standard": "standard simulation judging",
     "judged": "simulation-judged variants",
     "none": "no simulation judging",
+    "std": "standard (no judging, or standard judging)",
 }
 
 # Kind of meaning -> value -> phrases. Values: a family, a quality, a priority, an intent.
@@ -92,8 +94,10 @@ QUALITY_PHRASES = {
         standard simulation judging""",
     "none": """fast and dirty | quick and dirty | no judging | without judging |
         without simulation judging | skip judging | skip the judging | unjudged | no judges |
-        standard | standard only | no simulation judging | without the judging |
-        without judges""",
+        no simulation judging | without the judging | without judges | not judged |
+        non-judged""",
+    # "standard" alone: unjudged, or standard judging? Asked when it matters.
+    "std": "standard | standard only | standard ones | the standard ones | standard variants",
 }
 PRIORITY_PHRASES = {
     "cost": """stay cheap | cheap | cheaply | cheapest | save money | saving money | low cost |

@@ -41,7 +41,9 @@ SEED = [
     # "portal" could be portal-test (the seed's answer), the portal suite or every portal
     # template: asked, with portal-test first (docs/principal.md, "Decisions").
     Case("Run portal templates", choices=3),
-    Case("Test founder profiles", suites=("portal-timepoint-standard",)),
+    # Founder profiles alone could be their 5 standard templates (the seed's answer) or all
+    # 20: asked, the seed's first (docs/principal.md, "Decisions").
+    Case("Test founder profiles", choices=2),
     Case("Quick validation", suites=("quick",)),
     Case("Everything", suites=("ultra",)),
     Case("Under $50", budget=50, choices=5),
@@ -60,11 +62,9 @@ SEED = [
     Case("Quick validation for CI/CD", suites=("quick",), priority="cost"),
     Case("Run everything, I need complete coverage", suites=("ultra",)),
     # A budget no longer widens what the words name (the planner fits the budget to it):
-    # founder profiles alone are their standard templates, as in "Test founder profiles".
-    Case("Run portal templates with founders under $80", suites=("portal-timepoint-standard",),
-         budget=80),
-    Case("Run portal templates with real founders, budget $100",
-         suites=("portal-timepoint-standard",), budget=100),
+    # founder profiles alone are asked about, as in "Test founder profiles".
+    Case("Run portal templates with founders under $80", budget=80, choices=2),
+    Case("Run portal templates with real founders, budget $100", budget=100, choices=2),
     Case("Run simulations for corporate analysis", choices=4),
     Case("Run everything fast, cost doesn't matter", suites=("ultra",), priority="speed"),
     Case("Stay under $50 budget", budget=50, choices=5),
@@ -154,6 +154,9 @@ PARAPHRASES = [
     Case("portal templates, thorough", suites=("portal-simjudged-thorough",)),
     Case("portal with simulation judging", suites=("portal-simjudged",)),
     Case("portal, fast and dirty", suites=("portal-test",)),
+    # "standard" alone: no judging, or standard judging? Asked, unless it spells a suite.
+    Case("the standard portal templates", choices=2),
+    Case("run portal-timepoint standard", suites=("portal-timepoint-standard",)),
     Case("portal without judging", suites=("portal-test",)),
     Case("founder profiles, quick and dirty", suites=("portal-timepoint-standard",)),
     Case("founders with light judging", suites=("portal-timepoint-simjudged-quick",)),
