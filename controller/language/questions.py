@@ -27,7 +27,10 @@ _POLITE = (r"(?:(?:please|pls|kindly|hey|hi|hello|ok|okay|so|now|just|then|and|a
            r"can you|could you|would you|will you|can u|could u|i want to|i'd like to|"
            r"i would like to|we need to|i need to|let's|lets|go ahead and|time to)[\s,!]+)*")
 _VERB = (r"(?:run|re-?run|start|launch|kick(?:ing)? off|kick|fire(?: off| up)?|execute|spin up|"
-         r"test|try|queue(?: up)?|trigger|plan|estimate|preview|quote|give|do|get|smoke)\b"
+         r"test|try|queue(?: up)?|trigger|plan|estimate|preview|quote|smoke|"
+         r"do(?!\s+(?:we|you|i|they|any|all|those|these)\b)|"
+         r"give(?=.*\b(?:a|another)\s+(?:go|run|spin|try|shot)\b)|"
+         r"get(?=.*\b(?:going|running|started)\b))\b"
          r"(?=\s+[\w$])")  # a request says what: "queue?" alone is a question
 _REQUEST = re.compile(
     rf"^\s*{_POLITE}{_VERB}(?!-)|\b(?:could|can|would|will) (?:you|u) (?:please |pls )?"
@@ -45,7 +48,8 @@ _KINDS = (
      r"different)\b|\bchanged since\b|\bimprov(?:ed|ement|ing)\b|\bregress(?:ed|ions?)?\b|"
      r"\blast two runs\b|\bgetting (?:better|worse)\b|\b(?:trend|trending)\b(?! for)"),
     ("least_reliable", r"\bflak(?:y|iest|iness|ing|es)\b|\b(?:least |most un|less )reliable\b|"
-     r"\bunreliable\b|\breliab(?:le|ility)\b|\bkeeps? (?:failing|breaking|crashing)\b|"
+     r"\bunreliable\b|\breliab(?:le|ility)\b|\b(?:error|failure|crash)[- ]prone\b|"
+     r"\bkeeps? (?:failing|breaking|crashing)\b|"
      r"\b(?:fail|break|crash)(?:s|es)? (?:the )?(?:most|more|a lot|repeatedly|regularly)\b|"
      r"\b(?:fail|break|crash)(?:s|es)? (?:most |more |the most )?often\b|\boften fail\b|"
      r"\b(?:worst|lowest) (?:success|pass) rates?\b|\bfailure rates?\b|\bmost failures\b|"
