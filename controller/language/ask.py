@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from controller.language.choices import Option
 from controller.language.lexicon import Meaning
-
-Option = tuple[str, tuple[str, ...], tuple[str, ...]]  # label, suites, templates
 
 
 class Ask(Exception):

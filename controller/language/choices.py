@@ -10,6 +10,7 @@ they would cost (the sum of their [min, max] estimates), and waits for a pick.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from controller.catalog.templates import Catalog
 from controller.language.words import FAMILIES, QUALITY_WORDS
 
 MAX_CHOICES = 6
+Option = tuple[str, tuple[str, ...], tuple[str, ...]]  # label, suites, templates
 MENU = ("quick", "portal-test", "portal-timepoint-standard", "corporate", "full", "ultra")
 
 
@@ -128,6 +130,25 @@ def partial_options(
         (t, (), (t,)) for t in ids[: MAX_CHOICES - 1]]
     if len(ids) > 1:
         options.append((f"all {len(ids)} of them", (), tuple(ids)))
+    return options
+
+
+def rare_parts(catalog: Catalog, template_id: str) -> list[str]:
+    """The parts of an id that few templates share ("unicorn", not "portal")."""
+    parts = [p for p in template_id.replace("-", "_").split("_") if len(p) >= 4]
+    return [p for p in parts if sum(p in t.split("_") for t in catalog.templates) <= 8]
+
+
+def broad_options(catalog: Catalog, suite: str) -> list[Option]:
+    """A big suite named as a subject: its main groups by tag, then all of it."""
+
+    members = [catalog.templates[t] for t in catalog.suites[suite]]
+    counts = Counter(tag for t in members for tag in t.tags if tag != suite)
+    groups = [tag for tag, n in counts.most_common() if 3 <= n < len(members)][:3]
+    options: list[Option] = [
+        (f"{suite}: {tag}", (), tuple(t.id for t in members if tag in t.tags)) for tag in groups
+    ]
+    options.append((f"all {suite}", (suite,), ()))
     return options
 
 

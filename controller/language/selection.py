@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from controller.catalog.templates import Catalog
 from controller.language.ask import Ask, Option
+from controller.language.choices import broad_options, rare_parts
 from controller.language.families import family_exclusion, read_families
 from controller.language.lexicon import Kind, Meaning
 from controller.language.walk import Group, Phrase, Walk
@@ -193,7 +194,7 @@ class _Resolver:
         if (group.topic and bases and bases[0].kind is Kind.SUITE and not group.breadth
                 and len(self.catalog.suites[bases[0].value]) >= BROAD_SUITE):
             raise Ask(f"{group.text!r} is a subject, not a selection",
-                          options=_broad_options(self.catalog, bases[0].value))
+                          options=broad_options(self.catalog, bases[0].value))
         self._check_count(group, ids)
         plain = len(group.names) == 1 and bases and bases[0].kind is not Kind.TEMPLATE
         if plain:
@@ -339,8 +340,8 @@ class _Resolver:
             t for s in result.suites for t in self.catalog.suites[s]]]
         options: list[Option] = []
         if group.kinds() == {Kind.TEMPLATE}:
-            parts = {p for t in ids for p in _rare_parts(self.catalog, t)}
-            near = [t for t in named if parts & set(_rare_parts(self.catalog, t))]
+            parts = {p for t in ids for p in rare_parts(self.catalog, t)}
+            near = [t for t in named if parts & set(rare_parts(self.catalog, t))]
             options += [(f"as named, without {t}", (), tuple(x for x in named if x != t))
                         for t in near[:4]]
         else:
@@ -373,26 +374,6 @@ def _split(catalog: Catalog, group: Group) -> list[Group]:
     if any(m.kind is Kind.SUITE and m.value in QUALITY_TAGS for m, _ in group.names):
         return [group]  # "portal-simjudged quick": quick is the judging level there
     return [replace(group, names=[named]) for named in group.names]
-
-
-def _rare_parts(catalog: Catalog, template_id: str) -> list[str]:
-    """The parts of an id that few templates share ("unicorn", not "portal")."""
-    parts = [p for p in template_id.replace("-", "_").split("_") if len(p) >= 4]
-    return [p for p in parts if sum(p in t.split("_") for t in catalog.templates) <= 8]
-
-
-def _broad_options(catalog: Catalog, suite: str) -> list[Option]:
-    """A big suite named as a subject: its main groups by tag, then all of it."""
-    from collections import Counter
-
-    members = [catalog.templates[t] for t in catalog.suites[suite]]
-    counts = Counter(tag for t in members for tag in t.tags if tag != suite)
-    groups = [tag for tag, n in counts.most_common() if 3 <= n < len(members)][:3]
-    options: list[Option] = [
-        (f"{suite}: {tag}", (), tuple(t.id for t in members if tag in t.tags)) for tag in groups
-    ]
-    options.append((f"all {suite}", (suite,), ()))
-    return options
 
 
 def _suite_meaning(catalog: Catalog, name: str) -> str:
