@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install quick test faults lint typecheck checkov check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-k8s bench-dashboard bench-batch clean
+.PHONY: help install quick test faults lint typecheck checkov check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-k8s bench-dashboard bench-batch bench-principal clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -63,6 +63,9 @@ bench-dashboard: $(STAMP) ## Run page of 1,000 sandboxes: render vs the JSON API
 
 bench-ingest: $(STAMP) ## Event ingestion on PostgreSQL vs the same endpoint without persistence
 	$(BIN)/python bench/ingest_bench.py
+
+bench-principal: $(STAMP) ## The principal's reading of an independent corpus: right/wrong/asked, dev and held-out
+	$(BIN)/python -m bench.principal_bench
 
 bench-aggregate: $(STAMP) ## Snapshot aggregation with COPY vs a minimal COPY script and row INSERTs
 	$(BIN)/python bench/aggregate_bench.py

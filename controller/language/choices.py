@@ -1,22 +1,25 @@
 """Choices offered instead of a guess: A) … B) … C) … with counts and costs.
 
 The seed's "progressive refinement": when a request names nothing, names only a
-quality ("be thorough"), or names a big suite by a bare word ("corporate"), the
-principal lists what it could mean, each with how many templates and what they
-would cost (the sum of their [min, max] estimates), and waits for a pick.
+quality ("be thorough"), names something that could be several sets ("portal", "the
+founder templates"), or has words the principal could not read next to what it
+names, the principal lists what it could mean, each with how many templates and what
+they would cost (the sum of their [min, max] estimates), and waits for a pick.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from controller.catalog.templates import Catalog
-from controller.language.lexicon import FAMILIES, QUALITY_WORDS
+from controller.language.words import FAMILIES, QUALITY_WORDS
 
 MAX_CHOICES = 6
+Option = tuple[str, tuple[str, ...], tuple[str, ...]]  # label, suites, templates
 MENU = ("quick", "portal-test", "portal-timepoint-standard", "corporate", "full", "ultra")
 
 
@@ -87,22 +90,71 @@ def family_choices(catalog: Catalog, qualities: list[str]) -> list[Choice]:
     options = []
     for family, variants in FAMILIES.items():
         who = "founder profiles (portal-timepoint)" if family == "founders" else "portal"
-        for quality in qualities:
+        for quality in [q for said in qualities for q in (
+                ("none", "standard") if said == "std" else (said,))]:
             suites = tuple(s for s in variants[quality] if s in catalog.suites)
             options.append((f"{who}, {QUALITY_WORDS[quality]}", suites, ()))
     return make_choices(catalog, options)
 
 
-def broad_choices(catalog: Catalog, suite: str) -> list[Choice]:
-    """A big suite named by a bare word: its main groups by tag, then all of it."""
+def option_choices(
+    catalog: Catalog, options: Sequence[tuple[str, tuple[str, ...], tuple[str, ...]]]
+) -> list[Choice]:
+    """Options worked out by the reading, lettered (empty and repeated ones dropped)."""
+    return make_choices(catalog, [o for o in options if all(
+        s in catalog.suites for s in o[1]) and all(t in catalog.templates for t in o[2])])
+
+
+def partial_options(
+    catalog: Catalog, words: Sequence[str]
+) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+    """Templates whose id a word not understood is part of ("tenure", "founder_transition").
+
+    Every part of the word (split at `_`/`-`, 3 letters or more) must be a part of the
+    id; a part that matches nothing is dropped if the rest still pins templates down
+    ("portal_unicorn_simjudged_fast": the three judged portal_unicorn variants).
+    """
+    found: dict[str, None] = {}
+    together = "_".join(words)  # "startup unicorn": the parts of one id, said apart
+    for word in [together] if _parts_match(catalog, together) else words:
+        parts = [p for p in re.split(r"[-_]", word) if len(p) >= 3 and p.isalpha()]
+        for keep in [parts, *[parts[:i] + parts[i + 1:] for i in range(len(parts))]]:
+            matched = [t for t in catalog.templates
+                       if keep and set(keep) <= set(re.split(r"[-_]", t))]
+            if matched and len(matched) <= 8:
+                found.update(dict.fromkeys(matched))
+                if keep is parts:
+                    break
+    ids = list(found)
+    options: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+        (t, (), (t,)) for t in ids[: MAX_CHOICES - 1]]
+    if len(ids) > 1:
+        options.append((f"all {len(ids)} of them", (), tuple(ids)))
+    return options
+
+
+def rare_parts(catalog: Catalog, template_id: str) -> list[str]:
+    """The parts of an id that few templates share ("unicorn", not "portal")."""
+    parts = [p for p in template_id.replace("-", "_").split("_") if len(p) >= 4]
+    return [p for p in parts if sum(p in t.split("_") for t in catalog.templates) <= 8]
+
+
+def broad_options(catalog: Catalog, suite: str) -> list[Option]:
+    """A big suite named as a subject: its main groups by tag, then all of it."""
+
     members = [catalog.templates[t] for t in catalog.suites[suite]]
     counts = Counter(tag for t in members for tag in t.tags if tag != suite)
     groups = [tag for tag, n in counts.most_common() if 3 <= n < len(members)][:3]
-    options: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+    options: list[Option] = [
         (f"{suite}: {tag}", (), tuple(t.id for t in members if tag in t.tags)) for tag in groups
     ]
     options.append((f"all {suite}", (suite,), ()))
-    return make_choices(catalog, options)
+    return options
+
+
+def _parts_match(catalog: Catalog, word: str) -> bool:
+    parts = {p for p in re.split(r"[-_]", word) if len(p) >= 3 and p.isalpha()}
+    return len(parts) > 1 and any(parts <= set(re.split(r"[-_]", t)) for t in catalog.templates)
 
 
 def _relettered(choices: list[Choice]) -> list[Choice]:

@@ -1,42 +1,50 @@
 """A request in plain words, read into a `Reading` that explains itself. Pure: no I/O.
 
-`read_request(catalog, text)` finds the number phrases first (money, parallelism,
-time: `numbers`), then walks the remaining words, longest known phrase first
-(`lexicon`), and resolves what they name: suites, templates, tags, the portal
-families refined by quality words, exclusions ("but not", "except", "without").
-Each phrase is recorded with what it became; words it does not know are listed,
-never guessed at. A request that is ambiguous or names nothing gets `choices`
-(the seed's "progressive refinement") instead of a selection.
+`read_request(catalog, text)` reads in steps, each its own module:
+
+1. `asides.normalise`: lowercase, plain quotes, CI flags and `key=value` as words;
+2. `typos`: a word one slip from exactly one known word is read as it (noted);
+3. `asides.set_aside`: a question riding on the request, a reason before it, a
+   purpose after it (noted, never read as names);
+4. `numbers`: money, parallelism and time phrases, each by its unit;
+5. `walk`: the words, longest known phrase first, into groups of names (included or
+   excluded) and modifiers (priority, run or plan);
+6. `selection` (with `families`): what the groups select, within what they are
+   excluded from.
+
+Each phrase is recorded with what it became; words it does not know are listed, never
+guessed at. A request that names nothing, could mean several things, or has words
+left unread next to what it names gets `choices` (the seed's "progressive
+refinement") instead of a selection: a wrong reading costs more than a question.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from controller.catalog.templates import Catalog
-from controller.language.choices import Choice, broad_choices, family_choices, menu_choices
-from controller.language.lexicon import (
-    FAMILIES,
-    QUALITY_TAGS,
-    QUALITY_WORDS,
-    Kind,
-    Meaning,
-    lexicon_for,
-    tokenize,
+from controller.language import numbers
+from controller.language.asides import normalise, set_aside
+from controller.language.choices import (
+    Choice,
+    family_choices,
+    menu_choices,
+    option_choices,
+    partial_options,
 )
-from controller.language.numbers import find_quantities
+from controller.language.lexicon import BOUNDARY, NAMES, Kind, Lexicon, lexicon_for, tokenize
+from controller.language.selection import Selection, select
+from controller.language.typos import Speller, speller
+from controller.language.walk import Phrase, Walk, items_of, walk_words
+from controller.language.words import COMMON, ENGLISH
 
 MAX_REQUEST_CHARS = 2000
-BROAD_SUITE = 10  # a bare word naming a suite this big gets choices, not a guess
 _FIELD_WORDS = {"budget_usd": "budget", "max_parallel": "parallelism",
                 "max_runtime_s": "runtime limit"}
 
-
-@dataclass(frozen=True)
-class Phrase:
-    text: str
-    meaning: str
+__all__ = ["MAX_REQUEST_CHARS", "Phrase", "Reading", "read_request"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,7 @@ class Reading:
     not_understood: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     choices: tuple[Choice, ...] = ()
+    ask: str | None = None  # why it asks, when it offers choices for more than naming nothing
 
     @property
     def names_something(self) -> bool:
@@ -72,45 +81,70 @@ class Reading:
         }
 
 
-@dataclass
-class _Walk:
-    """What the word walk collected, before it is resolved against the catalog."""
-
-    include: list[tuple[Meaning, str]] = field(default_factory=list)
-    exclude: list[tuple[Meaning, str]] = field(default_factory=list)
-    priorities: list[str] = field(default_factory=list)
-    breadth: bool = False
-    intent: str | None = None
-    phrases: list[Phrase] = field(default_factory=list)
-    unknown: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    numbers: dict[str, list[float]] = field(default_factory=dict)
-
-
 def read_request(catalog: Catalog, text: str) -> Reading:
     """Read one request against the catalog."""
     text = text[:MAX_REQUEST_CHARS]
-    lowered = text.lower().replace("\u2019", "'")
-    walk = _Walk()
-    masked = _read_numbers(lowered, walk)
-    _read_words(catalog, masked, walk)
+    lexicon = lexicon_for(catalog)
+    walk = Walk()
+    lowered = spell(catalog, normalise(text), walk)
+    lowered, asides = set_aside(lowered, lambda part: names_anything(lexicon, part),
+                                lambda part: says_more(lexicon, part))
+    for aside, meaning in asides:
+        walk.phrases.append(Phrase(aside, meaning))
+    walk_words(lexicon, _read_numbers(lowered, walk), walk)
     return _resolve(catalog, text, walk)
 
 
-def _read_numbers(text: str, walk: _Walk) -> str:
-    chars = list(text)
-    for quantity in find_quantities(text):
-        chars[quantity.start : quantity.end] = " " * (quantity.end - quantity.start)
-        if quantity.field == "unknown":
-            walk.unknown.append(quantity.text)
-            walk.notes.append(
-                f"{quantity.text!r} has no unit: say ${quantity.text.lstrip('$')} for money, "
-                f"'{quantity.text} at a time' for parallelism or '{quantity.text} minutes' "
-                "for time"
-            )
+_SPELLERS: dict[int, tuple[Catalog, Speller]] = {}
+
+
+def spell(catalog: Catalog, text: str, walk: Walk | None = None) -> str:
+    """`text` with each slip of a known word corrected (noted in `walk`)."""
+    cached = _SPELLERS.get(id(catalog))
+    if cached is None or cached[0] is not catalog:
+        ours = lexicon_for(catalog).vocabulary | numbers.VOCABULARY | COMMON
+        never = numbers.NUMBER_WORDS | (ENGLISH - ours)
+        cached = (catalog, speller(ours | ENGLISH, never=never))
+        if len(_SPELLERS) > 16:
+            _SPELLERS.clear()
+        _SPELLERS[id(catalog)] = cached
+    fixed = text
+    vocabulary = lexicon_for(catalog).vocabulary
+    for word, start, end in reversed(tokenize(text)):
+        if word.endswith("'s") and word[:-2] in vocabulary and word not in COMMON:
+            fixed = fixed[:start] + word[:-2] + "  " + fixed[end:]  # "quick's": quick
             continue
+        right = cached[1].correct(word)
+        if right is not None:
+            fixed = fixed[:start] + right + fixed[end:]
+            if walk is not None:
+                walk.notes.insert(0, f"read {word!r} as {right!r}")
+    return fixed
+
+
+_MORE = frozenset({Kind.PRIORITY, Kind.EXCLUDE, Kind.LEAVE, Kind.BREADTH, Kind.SUITE_WORD,
+                   Kind.CATEGORY_WORD, Kind.OR, Kind.TOPIC, Kind.COUNT})
+
+
+def names_anything(lexicon: Lexicon, text: str) -> bool:
+    """Whether `text` names a suite, a template, a tag, a family or a quality."""
+    return any(item.kind in NAMES for item in items_of(lexicon, text))
+
+
+def says_more(lexicon: Lexicon, text: str) -> bool:
+    """Whether `text` says what the grammar reads besides names: a number, a priority..."""
+    return bool(numbers.find_quantities(text)) or bool(re.search(r"\d|\$", text)) or any(
+        item.kind in _MORE for item in items_of(lexicon, text))
+
+
+def _read_numbers(text: str, walk: Walk) -> str:
+    chars = list(text)
+    for quantity in numbers.find_quantities(text):
+        size = quantity.end - quantity.start
+        chars[quantity.start : quantity.end] = BOUNDARY + " " * (size - 1)
         walk.numbers.setdefault(quantity.field, []).append(quantity.value)
-        walk.phrases.append(Phrase(quantity.text, _number_meaning(quantity.field, quantity.value)))
+        walk.phrases.append(Phrase(quantity.text, _number_meaning(quantity.field,
+                                                                  quantity.value)))
     return "".join(chars)
 
 
@@ -130,223 +164,74 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-def _read_words(catalog: Catalog, text: str, walk: _Walk) -> None:
-    lexicon = lexicon_for(catalog)
-    tokens = tokenize(text)
-    words = [t[0] for t in tokens]
-    excluding: str | None = None  # the exclusion cue in force, if any
-    excluded_any = False
-    at = 0
-    while at < len(words):
-        found = lexicon.match(words, at)
-        if found is None:
-            if words[at] not in ",;.!?":
-                walk.unknown.append(words[at])
-            _end_exclusion(excluding, excluded_any, walk)
-            excluding = None
-            at += 1
-            continue
-        size, meaning = found
-        phrase = text[tokens[at][1] : tokens[at + size - 1][2]]
-        at += size
-        if meaning.kind is Kind.EXCLUDE:
-            excluding, excluded_any = phrase, False
-        elif meaning.kind in _NAMES:
-            if excluding:
-                walk.exclude.append((meaning, f"{excluding} {phrase}"))
-            else:
-                walk.include.append((meaning, phrase))
-            excluded_any = excluded_any or excluding is not None
-        elif meaning.kind is Kind.FILLER:
-            continue
-        else:
-            _end_exclusion(excluding, excluded_any, walk)
-            excluding = None
-            _read_modifier(meaning, phrase, walk)
-    _end_exclusion(excluding, excluded_any, walk)
-
-
-_NAMES = {Kind.SUITE, Kind.TEMPLATE, Kind.TAG, Kind.FAMILY, Kind.QUALITY, Kind.ALL}
-
-
-def _end_exclusion(cue: str | None, used: bool, walk: _Walk) -> None:
-    if cue is not None and not used:
-        walk.notes.append(f"{cue!r} was not followed by anything I know, so it excludes nothing")
-
-
-def _read_modifier(meaning: Meaning, phrase: str, walk: _Walk) -> None:
-    if meaning.kind is Kind.PRIORITY:
-        walk.priorities.append(meaning.value)
-        walk.phrases.append(Phrase(phrase, f"priority {meaning.value}"))
-    elif meaning.kind is Kind.BREADTH:
-        walk.breadth = True
-        walk.phrases.append(Phrase(phrase, "all of what is named"))
-    elif meaning.kind is Kind.INTENT:
-        walk.intent = walk.intent or meaning.value
-        walk.phrases.append(
-            Phrase(phrase, "start a run" if meaning.value == "run" else "plan only")
-        )
-
-
-def _resolve(catalog: Catalog, text: str, walk: _Walk) -> Reading:
-    numbers = {name: min(values) for name, values in walk.numbers.items()}
+def _resolve(catalog: Catalog, text: str, walk: Walk) -> Reading:
+    found = {name: min(values) for name, values in walk.numbers.items()}
     for name, values in walk.numbers.items():
         if len(set(values)) > 1:
             walk.notes.append(
                 f"several values for the {_FIELD_WORDS[name]}: the smallest, "
-                f"{_number_meaning(name, numbers[name])}, is used"
+                f"{_number_meaning(name, found[name])}, is used"
             )
-    budget = numbers.get("budget_usd")
-    suites, templates, choices = _selection(catalog, walk, budget)
-    exclude = _exclusions(catalog, walk)
-    priority = _priority(walk)
+    budget = found.get("budget_usd")
+    selection = select(catalog, walk)
+    choices, ask = _choices(catalog, walk, selection, budget)
+    if ask:
+        walk.notes.append(f"asking rather than guessing: {ask}")
+    chosen = not choices
     return Reading(
         text=text,
-        suites=tuple(dict.fromkeys(suites)),
-        templates=tuple(dict.fromkeys(templates)),
-        exclude=tuple(exclude),
+        suites=tuple(dict.fromkeys(selection.suites)) if chosen else (),
+        templates=tuple(dict.fromkeys(selection.templates)) if chosen else (),
+        exclude=tuple(selection.exclude) if chosen else (),
         budget_usd=budget,
-        max_parallel=int(numbers["max_parallel"]) if "max_parallel" in numbers else None,
-        max_runtime_s=numbers.get("max_runtime_s"),
-        priority=priority,
+        max_parallel=int(found["max_parallel"]) if "max_parallel" in found else None,
+        max_runtime_s=found.get("max_runtime_s"),
+        priority=_priority(walk),
         intent=walk.intent,
         phrases=tuple(walk.phrases),
         not_understood=tuple(dict.fromkeys(walk.unknown)),
-        notes=tuple(walk.notes),
+        notes=tuple(dict.fromkeys(walk.notes)),
         choices=tuple(choices),
+        ask=ask,
     )
 
 
-def _priority(walk: _Walk) -> str | None:
+def _choices(catalog: Catalog, walk: Walk, selection: Selection,
+             budget: float | None) -> tuple[list[Choice], str | None]:
+    """The choices to offer instead of a selection ([] to go ahead), and why."""
+    partial = partial_options(catalog, walk.unread or [
+        w for w in walk.unknown if w not in walk.parts])  # not the words already tried in scope
+    if selection.ask is not None:
+        return _or_menu(catalog, [*partial, *selection.options], budget), selection.ask
+    if selection.menu:
+        if partial:
+            return option_choices(catalog, partial), "the words name no template I know"
+        return menu_choices(catalog, budget), None
+    if selection.qualities_alone:
+        return family_choices(catalog, selection.qualities_alone), None
+    if walk.asks:
+        said = ", ".join(repr(w) for w in walk.unread)
+        as_read = ("as read, without " + said, tuple(selection.suites), ()) if not (
+            selection.templates or selection.exclude) else (
+            "as read, without " + said, (), _ids(catalog, selection))
+        return _or_menu(catalog, [as_read, *partial], budget), "; ".join(walk.asks)
+    return [], None
+
+
+def _or_menu(catalog: Catalog, options: list[tuple[str, tuple[str, ...], tuple[str, ...]]],
+             budget: float | None) -> list[Choice]:
+    return option_choices(catalog, options) or menu_choices(catalog, budget)
+
+
+def _ids(catalog: Catalog, selection: Selection) -> tuple[str, ...]:
+    wanted = dict.fromkeys(t for s in selection.suites for t in catalog.suites[s])
+    wanted.update(dict.fromkeys(selection.templates))
+    return tuple(t for t in wanted if t not in set(selection.exclude))
+
+
+def _priority(walk: Walk) -> str | None:
     wanted = list(dict.fromkeys(walk.priorities))
     if "cost" in wanted and "speed" in wanted:
         walk.notes.append("both speed and cost were asked for: cost wins, it spends less")
         return "cost"
     return wanted[-1] if wanted else None
-
-
-def _selection(
-    catalog: Catalog, walk: _Walk, budget: float | None
-) -> tuple[list[str], list[str], list[Choice]]:
-    suites, templates, families, qualities = _named(catalog, walk)
-    if "judged" in qualities and {"quick", "standard", "thorough"} & set(qualities):
-        qualities.remove("judged")  # "simulation judging, be thorough": the level says which
-    suites.extend(_family_suites(catalog, walk, families, qualities, budget))
-    named = bool(suites or templates)
-    if qualities and not families:
-        if named:
-            walk.notes.append(
-                f"{', '.join(QUALITY_WORDS[q] for q in qualities)}: only the portal "
-                "families have judged variants; the rest is read as named"
-            )
-        else:
-            return [], [], family_choices(catalog, qualities)
-    if not named:
-        return [], [], menu_choices(catalog, budget)
-    broad = _broad_word(catalog, walk, budget)
-    if broad is not None and len(suites) == 1 and not templates and not qualities:
-        return [], [], broad_choices(catalog, broad)
-    return suites, templates, []
-
-
-def _named(
-    catalog: Catalog, walk: _Walk
-) -> tuple[list[str], list[str], dict[str, bool], list[str]]:
-    """What the included phrases name: suites, templates, families (explicit?), qualities."""
-    suites: list[str] = []
-    templates: list[str] = []
-    families: dict[str, bool] = {}
-    qualities: list[str] = []
-    for meaning, phrase in walk.include:
-        if meaning.kind is Kind.SUITE:
-            suites.append(meaning.value)
-            walk.phrases.append(Phrase(phrase, _suite_meaning(catalog, meaning.value)))
-        elif meaning.kind is Kind.TEMPLATE:
-            templates.append(meaning.value)
-            walk.phrases.append(Phrase(phrase, f"template {meaning.value}"))
-        elif meaning.kind is Kind.TAG:
-            tagged = [t.id for t in catalog.templates.values() if meaning.value in t.tags]
-            templates.extend(tagged)
-            walk.phrases.append(Phrase(phrase, f"tag {meaning.value} ({len(tagged)} templates)"))
-        elif meaning.kind is Kind.ALL and "ultra" in catalog.suites:
-            suites.append("ultra")
-            walk.phrases.append(Phrase(phrase, _suite_meaning(catalog, "ultra")))
-        elif meaning.kind is Kind.FAMILY:
-            families[meaning.value] = families.get(meaning.value, False) or meaning.explicit
-            walk.phrases.append(Phrase(phrase, _family_meaning(meaning)))
-        elif meaning.kind is Kind.QUALITY:
-            qualities.append(meaning.value)
-            walk.phrases.append(Phrase(phrase, QUALITY_WORDS[meaning.value]))
-    return suites, templates, families, list(dict.fromkeys(qualities))
-
-
-def _family_suites(
-    catalog: Catalog,
-    walk: _Walk,
-    families: dict[str, bool],
-    qualities: list[str],
-    budget: float | None,
-) -> list[str]:
-    if "founders" in families and "portal" in families and not families["portal"]:
-        del families["portal"]
-        walk.notes.append("'portal' with founder profiles reads as the founder portal templates")
-    suites: list[str] = []
-    for family, explicit in families.items():
-        variants = FAMILIES[family]
-        if qualities:
-            picked = [s for q in qualities for s in variants[q]]
-        elif explicit or walk.breadth or budget is not None:
-            picked = list(variants["all"])
-        else:
-            picked = list(variants["none"])
-            whole = variants["all"][0]
-            walk.notes.append(
-                f"{family} alone reads as its standard templates ({', '.join(picked)}); "
-                f"say 'all {family} templates' for the whole {whole} suite "
-                f"({len(catalog.suites.get(whole, ()))}), or name a judging level"
-            )
-        suites.extend(s for s in picked if s in catalog.suites)
-    return suites
-
-
-def _broad_word(catalog: Catalog, walk: _Walk, budget: float | None) -> str | None:
-    """A big suite named by one plain word ("corporate"), nothing narrowing it."""
-    if walk.breadth or budget is not None or walk.exclude:
-        return None
-    for meaning, phrase in walk.include:
-        if (
-            meaning.kind is Kind.SUITE
-            and phrase == meaning.value
-            and "-" not in phrase
-            and len(catalog.suites[meaning.value]) >= BROAD_SUITE
-        ):
-            return meaning.value
-    return None
-
-
-def _exclusions(catalog: Catalog, walk: _Walk) -> list[str]:
-    excluded: list[str] = []
-    for meaning, phrase in walk.exclude:
-        if meaning.kind is Kind.SUITE:
-            ids = list(catalog.suites[meaning.value])
-        elif meaning.kind is Kind.TEMPLATE:
-            ids = [meaning.value]
-        elif meaning.kind is Kind.FAMILY:
-            ids = [t for s in FAMILIES[meaning.value]["all"] for t in catalog.suites.get(s, ())]
-        else:
-            tag = meaning.value if meaning.kind is Kind.TAG else QUALITY_TAGS.get(meaning.value)
-            ids = [t.id for t in catalog.templates.values() if tag and tag in t.tags]
-        excluded.extend(ids)
-        plural = "" if len(ids) == 1 else "s"
-        walk.phrases.append(Phrase(phrase, f"exclude {len(ids)} template{plural}"))
-    return list(dict.fromkeys(excluded))
-
-
-def _suite_meaning(catalog: Catalog, name: str) -> str:
-    return f"suite {name} ({len(catalog.suites[name])} templates)"
-
-
-def _family_meaning(meaning: Meaning) -> str:
-    if meaning.value == "founders":
-        return "founder profiles: the portal-timepoint templates"
-    return "portal templates"

@@ -97,7 +97,7 @@ class AssistedPrincipal(Principal):
         args = ToolArguments.model_validate(call.arguments)
         if call.name == "status":
             question = questions.recognise(self.controller.catalog, args.question or text)
-            return self.ask(conversation, question or questions.Question("running"), False)
+            return self.ask(conversation, question or questions.Question("status"), False)
         if call.name == "cancel":
             return self.ask_cancel(conversation, args.run_id, False)
         if call.name not in ("plan", "start"):

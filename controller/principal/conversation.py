@@ -36,10 +36,10 @@ logger = logging.getLogger(__name__)
 MAX_HISTORY = 40  # turns kept per conversation (for the LLM's context)
 MAX_SEEN = 500  # notice keys remembered per conversation
 MAX_RUNS = 20  # runs a conversation follows for notices
-_YES = re.compile(r"^\s*(?:y|yes|yep|yeah|ok|okay|sure|proceed|confirm|go ahead|do it|start it"
+YES = re.compile(r"^\s*(?:y|yes|yep|yeah|ok|okay|sure|proceed|confirm|go ahead|do it|start it"
                   r"|go)\s*[.!]*\s*$")
-_NO = re.compile(r"^\s*(?:n|no|nope|cancel that|never ?mind|abort|don't|do not)\s*[.!]*\s*$")
-_PICK = re.compile(r"^\s*(?:option\s+)?\(?([a-f])\)?\s*[.!]?\s*(?:please)?\s*$")
+NO = re.compile(r"^\s*(?:n|no|nope|cancel that|never ?mind|abort|don't|do not)\s*[.!]*\s*$")
+PICK = re.compile(r"^\s*(?:option\s+)?\(?([a-f])\)?\s*[.!]?\s*(?:please)?\s*$")
 
 
 @dataclass
@@ -79,9 +79,9 @@ class Conversation:
         action, or a pick while it offers choices. The principal's own rules answer these,
         never a model."""
         lowered = text.lower()
-        if self.pending and (confirm or _YES.match(lowered) or _NO.match(lowered)):
+        if self.pending and (confirm or YES.match(lowered) or NO.match(lowered)):
             return True
-        return bool(_PICK.match(lowered) and self.choices)
+        return bool(PICK.match(lowered) and self.choices)
 
 
 class Conversations:
@@ -154,12 +154,12 @@ class Principal:
         return reply
 
     def respond(self, conversation: Conversation, text: str, confirm: bool) -> dict[str, Any]:
-        if conversation.pending and (confirm or _YES.match(text.lower())):
+        if conversation.pending and (confirm or YES.match(text.lower())):
             return self.carry_out(conversation)
-        if conversation.pending and _NO.match(text.lower()):
+        if conversation.pending and NO.match(text.lower()):
             conversation.pending = None
             return {"kind": "declined", "text": "Fine, nothing was started or cancelled."}
-        picked = _PICK.match(text.lower())
+        picked = PICK.match(text.lower())
         if picked and picked.group(1).upper() in conversation.choices:
             return self.pick(conversation, picked.group(1).upper(), confirm)
         question = questions.recognise(self.controller.catalog, text)
@@ -182,7 +182,7 @@ class Principal:
                 max_runtime_s=reading.max_runtime_s,
             )
             conversation.carried_start = reading.intent == "run"
-            lead = _choice_lead(reading.not_understood)
+            lead = _choice_lead(reading.not_understood, reading.ask)
             return {
                 "kind": "choices",
                 "text": lead + "\n".join(c.line() for c in reading.choices)
@@ -281,18 +281,14 @@ class Principal:
     def ask(
         self, conversation: Conversation, question: questions.Question, confirm: bool
     ) -> dict[str, Any]:
-        engine, catalog = self.controller.engine, self.controller.catalog
+        """Answer from the database; a question never starts or proposes a run."""
         last = conversation.runs[-1] if conversation.runs else None
         if question.kind == "cancel":
             return self.ask_cancel(conversation, question.run_id or last, confirm)
-        if question.kind == "status":
-            answer = questions.answer_status(engine, catalog, question, last)
-        elif question.kind == "failures":
-            answer = questions.answer_failures(engine, question, last)
-        elif question.kind == "cost":
-            answer = questions.answer_cost(engine, question, last)
-        else:
-            answer = questions.answer_running(engine)
+        conversation.pending = None
+        conversation.choices = {}
+        answer = questions.answer(self.controller.engine, self.controller.catalog, question,
+                                  last)
         conversation.follow(answer.run_id)
         return {"kind": "answer", "text": answer.text, "answer": answer.data}
 
@@ -300,8 +296,7 @@ class Principal:
         self, conversation: Conversation, run_id: str | None, confirm: bool
     ) -> dict[str, Any]:
         if run_id is None:
-            active = questions.answer_running(self.controller.engine)
-            run_id = active.run_id
+            run_id = questions.answer_running(self.controller.engine).run_id
         if run_id is None:
             return {"kind": "answer", "text": "Which run? Say 'cancel run-…' "
                     "(ask 'what's running?' for the ids)."}
@@ -345,8 +340,10 @@ def describe_plan(the_plan: Plan) -> str:
     return text
 
 
-def _choice_lead(unknown: tuple[str, ...]) -> str:
+def _choice_lead(unknown: tuple[str, ...], why: str | None = None) -> str:
     lead = "That could mean several things. "
-    if unknown:
+    if why:
+        lead = f"I would rather ask than guess: {why}. "
+    elif unknown:
         lead = f"I did not understand {', '.join(unknown[:10])}. "
     return lead + "Do you want:\n"
