@@ -1,6 +1,6 @@
 """Validate the principal's evaluation corpus against the built-in catalog.
 
-    python3 tests/principal/corpus/check_corpus.py            # the four split files
+    python3 tests/principal/corpus/check_corpus.py            # the split files and dev2
     python3 tests/principal/corpus/check_corpus.py FILE ...    # any *requests*/*questions* jsonl
 
 Checks: every line is a JSON object of the schema (README.md), ids are unique across
@@ -10,7 +10,11 @@ reading's "select" equals its "spec" evaluated over the catalog (suites, categor
 tags read from controller/catalog/builtin/*.yaml with PyYAML, never typed by hand).
 Questions: kind is one of the nine, subject is null, "last", "previous", a run id
 (run-<hex>) or a template id of the catalog. Without arguments it also checks that the
-halves are the recorded seeded split (split.py). Exit 0 when all holds, 1 otherwise.
+halves are the recorded seeded split (split.py), and checks the later development files
+(dev2_*.jsonl, ids d2r.../d2q...) the same way on their own, plus that none of their texts
+repeats a text of the split files (compared lowercased, spaces collapsed, end punctuation
+dropped). A repeat is reported by ids only, never by its text, so that running this
+prints no held-out line. Exit 0 when all holds, 1 otherwise.
 
 A spec is a set expression evaluated left to right:  OPERAND (OP OPERAND)*  with OP one
 of + (union), - (difference), & (intersection) and OPERAND one of
@@ -42,6 +46,9 @@ KINDS = {"run_cost", "template_cost", "most_expensive", "failures", "least_relia
 RUN_ID = re.compile(r"^run-[0-9a-f]{4,}$")
 SPLIT_FILES = ["dev_requests.jsonl", "heldout_requests.jsonl",
                "dev_questions.jsonl", "heldout_questions.jsonl"]
+# Development data written later, by another writer; never part of the split or of the
+# held-out score. Ids carry the file's prefix (d2r001, d2q001).
+LATER_FILES = {"d2": ["dev2_requests.jsonl", "dev2_questions.jsonl"]}  # id prefix -> files
 
 
 class Catalog:
@@ -121,8 +128,8 @@ def check_request(row: dict, cat: Catalog) -> list[str]:
     errs: list[str] = []
     if set(row) - {"id", "text", "expect", "spec"}:
         errs.append(f"unexpected keys {sorted(set(row) - {'id', 'text', 'expect', 'spec'})}")
-    if not re.fullmatch(r"r\d{3,}", str(row.get("id"))):
-        errs.append("id is not r<digits>")
+    if not re.fullmatch(r"(?:d\d+)?r\d{3,}", str(row.get("id"))):
+        errs.append("id is not r<digits> (or d<N>r<digits>)")
     if not isinstance(row.get("text"), str) or not row["text"].strip():
         errs.append("text is empty")
     exp = row.get("expect")
@@ -176,8 +183,8 @@ def check_question(row: dict, cat: Catalog) -> list[str]:
     errs: list[str] = []
     if set(row) != {"id", "text", "expect"}:
         errs.append(f"keys are {sorted(row)}, want id, text, expect")
-    if not re.fullmatch(r"q\d{3,}", str(row.get("id"))):
-        errs.append("id is not q<digits>")
+    if not re.fullmatch(r"(?:d\d+)?q\d{3,}", str(row.get("id"))):
+        errs.append("id is not q<digits> (or d<N>q<digits>)")
     if not isinstance(row.get("text"), str) or not row["text"].strip():
         errs.append("text is empty")
     exp = row.get("expect")
@@ -211,11 +218,19 @@ def read(path: Path) -> tuple[list[dict], list[str]]:
     return rows, errs
 
 
-def main(argv: list[str]) -> int:
-    cat = load_catalog()
-    paths = [Path(a) for a in argv] or [HERE / f for f in SPLIT_FILES]
-    errors: list[str] = []
+def normalized(text: str) -> str:
+    """A text as compared across files: lowercased, spaces collapsed, end punctuation off."""
+    return " ".join(str(text).lower().split()).rstrip(" ?!.")
+
+
+def check_files(paths: list[Path], cat: Catalog, errors: list[str],
+                prefix: str = "") -> tuple[dict[str, list[dict]], dict[int, str]]:
+    """Check the files as one corpus: each line's schema, and ids and texts unique across
+    them. With a prefix (a later file set such as dev2) every id must start with it.
+    Returns the rows by kind (requests, questions) and each row's place (id(row) -> file:line);
+    errors name places and ids only."""
     groups: dict[str, list[dict]] = {"requests": [], "questions": []}
+    places: dict[int, str] = {}
     for path in paths:
         kind = ("requests" if "request" in path.name
                 else "questions" if "question" in path.name else None)
@@ -230,18 +245,22 @@ def main(argv: list[str]) -> int:
     for kind, rows in groups.items():
         check = check_request if kind == "requests" else check_question
         seen_ids: dict[str, str] = {}
-        seen_texts: dict[str, str] = {}
+        seen_texts: dict[str, tuple[str, str]] = {}
         for row in rows:
             where = row.pop("_where")
+            places[id(row)] = where
             for e in check(row, cat):
                 errors.append(f"{where} ({row.get('id')}): {e}")
             rid, text = row.get("id"), str(row.get("text", "")).strip().lower()
+            if prefix and not str(rid).startswith(prefix):
+                errors.append(f"{where} ({rid}): id does not start with {prefix}")
             if rid in seen_ids:
                 errors.append(f"{where}: id {rid} also at {seen_ids[rid]}")
             seen_ids.setdefault(rid, where)
             if text in seen_texts:
-                errors.append(f"{where}: same text as {seen_texts[text]}")
-            seen_texts.setdefault(text, where)
+                errors.append(f"{where} ({rid}): same text as {seen_texts[text][0]}"
+                              f" ({seen_texts[text][1]})")
+            seen_texts.setdefault(text, (where, str(rid)))
     req = groups["requests"]
     if req:
         asks = sum(1 for r in req if r.get("expect", {}).get("ask"))
@@ -253,7 +272,41 @@ def main(argv: list[str]) -> int:
             counts[k] = counts.get(k, 0) + 1
         print(f"questions: {len(groups['questions'])}, " +
               ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: str(kv[0]))))
-    if not argv:
+    return groups, places
+
+
+def check_repeats(later: dict[str, list[dict]], places: dict[int, str],
+                  earlier: dict[str, list[dict]], errors: list[str]) -> None:
+    """A later file's text that repeats (normalized) an earlier file's text, of either kind.
+    Reported by the two ids only: the earlier text may be a held-out line, never printed."""
+    earlier_ids: dict[str, str] = {}
+    for rows in earlier.values():
+        for row in rows:
+            earlier_ids.setdefault(normalized(row.get("text", "")), str(row.get("id")))
+    seen: dict[str, str] = {}
+    for rows in later.values():
+        for row in rows:
+            key, rid = normalized(row.get("text", "")), str(row.get("id"))
+            if key in earlier_ids:
+                errors.append(f"{places[id(row)]} ({rid}): repeats the text of {earlier_ids[key]}"
+                              " of an earlier corpus file")
+            elif key in seen and seen[key] != rid:
+                errors.append(f"{places[id(row)]} ({rid}): nearly the same text as {seen[key]}")
+            seen.setdefault(key, rid)
+
+
+def main(argv: list[str]) -> int:
+    cat = load_catalog()
+    errors: list[str] = []
+    if argv:
+        check_files([Path(a) for a in argv], cat, errors)
+    else:
+        split_groups, _ = check_files([HERE / f for f in SPLIT_FILES], cat, errors)
+        for prefix, names in LATER_FILES.items():
+            paths = [HERE / f for f in names if (HERE / f).exists()]
+            if paths:
+                later, places = check_files(paths, cat, errors, prefix=prefix)
+                check_repeats(later, places, split_groups, errors)
         sys.path.insert(0, str(HERE))
         import split  # the recorded split lives next to this file
         errors += [f"split: {e}" for e in split.check()]
