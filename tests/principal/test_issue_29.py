@@ -14,7 +14,8 @@ from sqlalchemy import Engine
 
 from controller.catalog.templates import Catalog
 from controller.errors import AmbiguousRequestError
-from controller.planning.plan import PlanRequest, Priority, plan
+from controller.planning.model import Priority
+from controller.planning.plan import PlanRequest, plan
 from controller.principal.conversation import Principal
 from controller.runs import create_run
 
