@@ -41,34 +41,34 @@ checkov: $(STAMP) ## checkov over the rendered chart and the backend's Jobs (its
 check: lint typecheck test ## Everything CI checks
 
 bench: $(STAMP) ## Controller overhead per sandbox on the process backend
-	$(BIN)/python bench/process_overhead.py
+	$(BIN)/python -m bench.process_overhead
 
 bench-docker: $(STAMP) ## SIMPLE vs bare CLI and SDK loops: 64 no-op containers, 8 at once (builds its image)
-	$(BIN)/python bench/docker_bench.py
+	$(BIN)/python -m bench.docker_bench
 
 bench-k8s: $(STAMP) ## Kubernetes API requests per sandbox: watch-fed cache vs listing per pass (kmock)
-	$(BIN)/python bench/k8s_bench.py
+	$(BIN)/python -m bench.k8s_bench
 
 bench-batch: $(STAMP) ## 100 no-op items: one sandbox each vs batches of 10 and 100, process and Docker
-	$(BIN)/python bench/batch_bench.py
+	$(BIN)/python -m bench.batch_bench
 
 bench-scale: $(STAMP) ## 1,000 sandboxes in one run over a DB of 100 such runs (instant + process backends)
-	$(BIN)/python bench/scale_bench.py
+	$(BIN)/python -m bench.scale_bench
 
 bench-schedule: $(STAMP) ## Launch order: ultra's estimates as sleeps, 8 at once, vs the lower bound
-	$(BIN)/python bench/schedule_bench.py
+	$(BIN)/python -m bench.schedule_bench
 
 bench-dashboard: $(STAMP) ## Run page of 1,000 sandboxes: render vs the JSON API, stream fan-out to 20 viewers vs 1
-	$(BIN)/python bench/dashboard_bench.py
+	$(BIN)/python -m bench.dashboard_bench
 
 bench-ingest: $(STAMP) ## Event ingestion on PostgreSQL vs the same endpoint without persistence
-	$(BIN)/python bench/ingest_bench.py
+	$(BIN)/python -m bench.ingest_bench
 
 bench-principal: $(STAMP) ## The principal's reading of an independent corpus: right/wrong/asked, dev and held-out
 	$(BIN)/python -m bench.principal_bench
 
 bench-aggregate: $(STAMP) ## Snapshot aggregation with COPY vs a minimal COPY script and row INSERTs
-	$(BIN)/python bench/aggregate_bench.py
+	$(BIN)/python -m bench.aggregate_bench
 
 clean: ## Remove the virtualenv and local state
 	rm -rf $(VENV) .venv-checkov .simple build .mypy_cache .ruff_cache .pytest_cache

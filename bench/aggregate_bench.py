@@ -20,7 +20,7 @@ A last line times SIMPLE loading every snapshot again over its existing rows
 (idempotent: the row count must not change). Prints medians over the rounds and
 the ratios. Targets: SIMPLE <= 1.5x the minimal COPY, >= 10x faster than row-by-row.
 
-    python bench/aggregate_bench.py [--snapshots 64] [--rows 20000] [--rounds 3]
+    python -m bench.aggregate_bench [--snapshots 64] [--rows 20000] [--rounds 3]
 
 The database: SIMPLE_BENCH_DATABASE_URL (a scratch database is created on that
 server and dropped afterwards), else a durable throwaway server started with
@@ -43,8 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, func, insert, select, text
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.ingest_bench import bench_database
 from controller.db.engine import create_db_engine, upgrade

@@ -17,63 +17,43 @@ Printed: per layout and backend the median makespan, per-item time (makespan / i
 and the ratio per-item / batched. Last line: `bench-batch: ... : OK|MISS` (target:
 batch-100 at least 10x faster than per-item on Docker). No timed assertions.
 
-    python bench/batch_bench.py [--rounds 3] [--items 100] [--parallel 8]
+    python -m bench.batch_bench [--rounds 3] [--items 100] [--parallel 8]
                                 [--backends process,docker]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import tempfile
-import time
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from bench.support import (
+    epoch_seconds,
+    noop_template,
+    remove_labelled,
+    start_run,
+    wait_finished,
+    write_catalog,
+)
 from controller.cli.embedded import EmbeddedServer
 from controller.settings import Settings
 from sandbox_image.contract import LABEL_RUN_ID
-from tests.e2e_helpers import start_run
 
 LAYOUTS = {"per-item": 1, "batch-10": 10, "batch-100": 100}
 TARGET_DOCKER_RATIO = 10.0
 ROUND_TIMEOUT_S = 900.0
 
 
-def write_catalog(directory: Path, items: int) -> None:
-    directory.mkdir(parents=True)
-    (directory / "bench.yaml").write_text(json.dumps({"templates": [{
-        "id": "noop_eval", "category": "bench_batch",
-        "estimate": {"cost_usd": [0.0, 0.0], "runtime_s": [0.01, 0.01]},
-        "timeout_s": 300, "resources": {"cpu": "1", "memory": "256Mi"},
-        "items_file": "items.jsonl",
-    }]}))
-    (directory / "items.jsonl").write_text("".join(
-        json.dumps({"item_id": f"item-{i:04d}", "data": {"n": i}}) + "\n"
-        for i in range(items)))
-
-
-def _seconds(iso: str) -> float:
-    moment = datetime.fromisoformat(iso)
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-
-
-def wait_finished(url: str, run_id: str) -> dict[str, Any]:
-    """Poll gently (a busy poller would steal CPU from the controller)."""
-    deadline = time.monotonic() + ROUND_TIMEOUT_S
-    while time.monotonic() < deadline:
-        run = httpx.get(f"{url}/v1/runs/{run_id}", timeout=30).json()
-        if run["status"] not in ("pending", "running"):
-            return dict(run)
-        time.sleep(0.25)
-    raise TimeoutError(f"run {run_id} did not finish within {ROUND_TIMEOUT_S:.0f} s")
+def write_items_catalog(directory: Path, items: int) -> None:
+    template = noop_template("noop_eval", "bench_batch", items_file="items.jsonl",
+                             resources={"cpu": "1", "memory": "256Mi"},
+                             estimate={"cost_usd": [0.0, 0.0], "runtime_s": [0.01, 0.01]})
+    del template["command"]  # the built-in evaluator: every item passes
+    write_catalog(directory, [template],
+                  items=({"item_id": f"item-{i:04d}", "data": {"n": i}} for i in range(items)))
 
 
 def remove_containers(run_id: str) -> None:
@@ -81,9 +61,7 @@ def remove_containers(run_id: str) -> None:
     from docker.client import DockerClient
 
     client = DockerClient.from_env(timeout=60)
-    for container in client.containers.list(
-            all=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"}):
-        container.remove(force=True)
+    remove_labelled(client, f"{LABEL_RUN_ID}={run_id}")
     client.close()
 
 
@@ -91,7 +69,7 @@ def one_round(backend: str, workdir: Path, order: list[str], items: int,
               parallel: int) -> dict[str, float]:
     """Each layout once on one controller; makespans in seconds by layout."""
     catalog = workdir / "catalog"
-    write_catalog(catalog, items)
+    write_items_catalog(catalog, items)
     settings = Settings(data_dir=workdir / "data", database_url=f"sqlite:///{workdir}/s.db",
                         process_user="self",
                         backend=backend, docker_network="host", catalog_dirs=[catalog],
@@ -103,7 +81,7 @@ def one_round(backend: str, workdir: Path, order: list[str], items: int,
                     "max_parallel": parallel, "priority": "speed"}
             run_id = start_run(server.url, body)
             try:
-                run = wait_finished(server.url, run_id)
+                run = wait_finished(server.url, run_id, ROUND_TIMEOUT_S)
             finally:
                 if backend == "docker":
                     remove_containers(run_id)
@@ -112,7 +90,7 @@ def one_round(backend: str, workdir: Path, order: list[str], items: int,
             if run["status"] != "succeeded" or done != items:
                 raise RuntimeError(f"{backend} {layout}: run {run_id} ended {run['status']} "
                                    f"with {done}/{items} items passed")
-            makespans[layout] = _seconds(run["finished_at"]) - _seconds(run["created_at"])
+            makespans[layout] = epoch_seconds(run["finished_at"]) - epoch_seconds(run["created_at"])
             print(f"  {backend:8} {layout:10} {makespans[layout]:7.2f} s", flush=True)
     return makespans
 

@@ -16,7 +16,7 @@ so nothing launches or changes the rows but this bench).
   message with every sandbox changed, and one with none changed (medians).
 The last line is the verdict: `bench-dashboard: ... : OK|MISS` (render under 1 s).
 
-    python bench/dashboard_bench.py [--sandboxes 1000] [--viewers 20] [--rounds 5]
+    python -m bench.dashboard_bench [--sandboxes 1000] [--viewers 20] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,11 +36,9 @@ from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, func, insert, select, update
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from controller.db.schema import events, sandboxes  # noqa: E402
-from tests.web.seed import seed_run  # noqa: E402
+from bench.support import free_port, served
+from controller.db.schema import events, sandboxes
+from tests.web.seed import seed_run
 
 RUN_ID = "run-bench1000"
 TARGET_RENDER_S = 1.0
@@ -59,25 +55,6 @@ print("migrated", flush=True)
 uvicorn.run(create_app(controller, manage_lifecycle=False), host="127.0.0.1",
             port=int(sys.argv[3]), log_level="warning", access_log=False)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_server(data: Path, url: str, port: int) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([sys.executable, "-c", SERVER, str(data), url, str(port)], cwd=ROOT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.TransportError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("the bench server did not start")
 
 
 def timed_get(http: httpx.Client, path: str, rounds: int) -> tuple[float, int]:
@@ -235,40 +212,34 @@ def main() -> None:
         data = Path(tmp)
         url = f"sqlite:///{data / 'simple.db'}"
         port = free_port()
-        server = start_server(data, url, port)
-        engine = create_engine(url)
-        try:
-            states = ("succeeded", "running", "failed", "running")  # nothing pending
-            seed_run(engine, RUN_ID, args.sandboxes, states=states)
-            base = f"http://127.0.0.1:{port}"
-            with httpx.Client(base_url=base, timeout=60) as http:
-                page_s, page_bytes = timed_get(http, f"/runs/{RUN_ID}", args.rounds * 4)
-                json_s, json_bytes = timed_get(http, f"/v1/runs/{RUN_ID}", args.rounds * 4)
-            print(
-                f"render  {args.sandboxes} sandboxes: page {page_s * 1000:.0f} ms "
-                f"({page_bytes / 1024:.0f} KiB) vs JSON API {json_s * 1000:.0f} ms "
-                f"({json_bytes / 1024:.0f} KiB): x{page_s / json_s:.2f}"
-            )
-            browser_figures(base, args.rounds)
-            one, many, size = [], [], 0
-            for n in range(args.rounds):
-                one.append(fan_out_round(base, engine, 1, 2 * n + 10)[0])
-                latency, size = fan_out_round(base, engine, args.viewers, 2 * n + 11)
-                many.append(latency)
-            one_s, many_s = statistics.median(one), statistics.median(many)
-            print(
-                f"fan-out one change to {args.viewers} viewers: {many_s * 1000:.0f} ms "
-                f"vs 1 viewer {one_s * 1000:.0f} ms: x{many_s / one_s:.2f} "
-                f"(a `run` message is {size / 1024:.0f} KiB)"
-            )
-        finally:
-            server.terminate()
+        argv = [sys.executable, "-c", SERVER, str(data), url, str(port)]
+        with served(argv, port) as base:
+            engine = create_engine(url)
             try:
-                server.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # uvicorn waits for open streams
-                server.kill()
-                server.wait(timeout=5)
-            engine.dispose()
+                states = ("succeeded", "running", "failed", "running")  # nothing pending
+                seed_run(engine, RUN_ID, args.sandboxes, states=states)
+                with httpx.Client(base_url=base, timeout=60) as http:
+                    page_s, page_bytes = timed_get(http, f"/runs/{RUN_ID}", args.rounds * 4)
+                    json_s, json_bytes = timed_get(http, f"/v1/runs/{RUN_ID}", args.rounds * 4)
+                print(
+                    f"render  {args.sandboxes} sandboxes: page {page_s * 1000:.0f} ms "
+                    f"({page_bytes / 1024:.0f} KiB) vs JSON API {json_s * 1000:.0f} ms "
+                    f"({json_bytes / 1024:.0f} KiB): x{page_s / json_s:.2f}"
+                )
+                browser_figures(base, args.rounds)
+                one, many, size = [], [], 0
+                for n in range(args.rounds):
+                    one.append(fan_out_round(base, engine, 1, 2 * n + 10)[0])
+                    latency, size = fan_out_round(base, engine, args.viewers, 2 * n + 11)
+                    many.append(latency)
+                one_s, many_s = statistics.median(one), statistics.median(many)
+                print(
+                    f"fan-out one change to {args.viewers} viewers: {many_s * 1000:.0f} ms "
+                    f"vs 1 viewer {one_s * 1000:.0f} ms: x{many_s / one_s:.2f} "
+                    f"(a `run` message is {size / 1024:.0f} KiB)"
+                )
+            finally:
+                engine.dispose()
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     verdict = "OK" if page_s < TARGET_RENDER_S else "MISS"
     print(

@@ -28,13 +28,12 @@ measures launch and clean-up overhead only (SIMPLE records each one `succeeded`,
 noting that no snapshot came). Everything created carries a label and is removed.
 The last line is the verdict: `bench-docker: ... : OK|MISS`.
 
-    python bench/docker_bench.py [--rounds 5] [--sandboxes 64] [--parallel 8] [--hardened]
+    python -m bench.docker_bench [--rounds 5] [--sandboxes 64] [--parallel 8] [--hardened]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import subprocess
 import sys
@@ -45,24 +44,26 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from sqlalchemy import select
 
+from bench.support import (
+    epoch_seconds,
+    median_ms,
+    noop_template,
+    remove_labelled,
+    start_run,
+    wait_finished,
+    write_catalog,
+)
 from controller.backends.base import Resources, SandboxSpec
 from controller.backends.docker.spec import build_container_spec
 from controller.cli.embedded import EmbeddedServer
 from controller.db.schema import attempts, sandboxes
 from controller.settings import Settings
 from sandbox_image.contract import LABEL_RUN_ID, SandboxEnv
-from tests.e2e_helpers import start_run
 
 IMAGE = "simple-sandbox:latest"
 NOOP = ["python", "-c", "pass"]
@@ -121,44 +122,16 @@ def container_events(client: Any, label: str, since: float) -> dict[str, dict[st
     return seen
 
 
-def remove_labelled(client: Any, label: str) -> int:
-    """Force-remove every container carrying `label`; how many there were."""
-    from docker.errors import APIError, NotFound
-
-    leftovers = client.containers.list(all=True, ignore_removed=True, filters={"label": label})
-    for container in leftovers:
-        with contextlib.suppress(NotFound, APIError):
-            container.remove(force=True)
-    return len(leftovers)
-
-
-def write_catalog(directory: Path, n: int) -> list[str]:
-    ids = [f"noop_{i:03d}" for i in range(n)]
-    templates = [
-        {
-            "id": template_id,
-            "category": "bench_noop",
-            "estimate": {"cost_usd": [0.0, 0.0], "runtime_s": [1, 1]},
-            "timeout_s": 300,
-            "image": IMAGE,
-            "command": NOOP,
-        }
-        for template_id in ids
-    ]
-    (directory / "bench.yaml").write_text(yaml.safe_dump({"templates": templates}))
-    return ids
-
-
-def _seconds(iso: str) -> float:
-    """Epoch seconds of an API time (UTC, with or without an offset)."""
-    moment = datetime.fromisoformat(iso)
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+def write_noop_catalog(directory: Path, n: int) -> list[str]:
+    templates = [noop_template(f"noop_{i:03d}", "bench_noop", image=IMAGE, command=NOOP)
+                 for i in range(n)]
+    return write_catalog(directory, templates)
 
 
 def simple_round(client: Any, workdir: Path, n: int, parallel: int) -> Round:
     catalog = workdir / "catalog"
     catalog.mkdir()
-    ids = write_catalog(catalog, n)
+    ids = write_noop_catalog(catalog, n)
     settings = Settings(
         data_dir=workdir / "data",
         database_url=f"sqlite:///{workdir}/simple.db",
@@ -172,7 +145,7 @@ def simple_round(client: Any, workdir: Path, n: int, parallel: int) -> Round:
         body = {"templates": ids, "priority": "speed", "max_parallel": parallel}
         run_id = start_run(server.url, body)
         try:
-            run = wait_finished(server.url, run_id)
+            run = wait_finished(server.url, run_id, ROUND_TIMEOUT_S)
             recorded = recorded_times(server.controller.engine, run_id)
         finally:
             remove_labelled(client, f"{LABEL_RUN_ID}={run_id}")
@@ -185,11 +158,11 @@ def simple_round(client: Any, workdir: Path, n: int, parallel: int) -> Round:
             "them; run the bench alone)"
         )
     events = container_events(client, f"{LABEL_RUN_ID}={run_id}", since)
-    result = Round(_seconds(run["finished_at"]) - _seconds(run["created_at"]))
+    result = Round(epoch_seconds(run["finished_at"]) - epoch_seconds(run["created_at"]))
     for sandbox in run["sandboxes"]:
         seen = events.get(sandbox["sandbox_id"], {})
         if "start" in seen and sandbox["launched_at"]:
-            result.launch_to_start.append(seen["start"] - _seconds(sandbox["launched_at"]))
+            result.launch_to_start.append(seen["start"] - epoch_seconds(sandbox["launched_at"]))
         if "die" in seen and "destroy" in seen:
             result.exit_to_removed.append(seen["destroy"] - seen["die"])
         if "die" in seen and sandbox["sandbox_id"] in recorded:
@@ -206,17 +179,6 @@ def recorded_times(engine: Any, run_id: str) -> dict[str, float]:
             .where(sandboxes.c.run_id == run_id, attempts.c.recorded_at.is_not(None))
         ).all()
     return {r.sandbox_id: r.recorded_at.timestamp() for r in rows}
-
-
-def wait_finished(url: str, run_id: str) -> dict[str, Any]:
-    """Poll gently (a busy poller would steal CPU from the controller)."""
-    deadline = time.monotonic() + ROUND_TIMEOUT_S
-    while time.monotonic() < deadline:
-        run = httpx.get(f"{url}/v1/runs/{run_id}", timeout=30).json()
-        if run["status"] not in ("pending", "running"):
-            return dict(run)
-        time.sleep(0.25)
-    raise TimeoutError(f"run {run_id} did not finish within {ROUND_TIMEOUT_S:.0f} s")
 
 
 def hardened_flags() -> list[str]:
@@ -310,10 +272,6 @@ def sdk_round(client: Any, n: int, parallel: int) -> Round:
         if "die" in seen and "destroy" in seen:
             result.exit_to_removed.append(seen["destroy"] - seen["die"])
     return result
-
-
-def median_ms(values: list[float]) -> float:
-    return statistics.median(values) * 1000 if values else float("nan")
 
 
 def run_rounds(

@@ -10,7 +10,7 @@ two servers; the table shows medians over the rounds of sustained events/s and
 of per-request latency (p50, p99), the ratio of the two throughputs, and checks
 that every event answered 2xx is stored, once (sent = stored).
 
-    python bench/ingest_bench.py [--senders 64] [--batch 10] [--rounds 5] [--seconds 4]
+    python -m bench.ingest_bench [--senders 64] [--batch 10] [--rounds 5] [--seconds 4]
 
 The database: SIMPLE_BENCH_DATABASE_URL (a scratch database is created on that
 server and dropped afterwards), else a durable throwaway server started with
@@ -28,6 +28,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -42,8 +43,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, func, insert, select, text
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from bench.support import free_port
 from controller.db.engine import create_db_engine, upgrade
 from controller.db.schema import events, runs, sandboxes
 from controller.intake.event_batch import EventRequest, accepted, check_batch_ids
@@ -188,16 +188,13 @@ def serve(port: int, url: str, persistence: bool) -> None:
 
 @contextlib.contextmanager
 def server_process(url: str, persistence: bool, log_dir: Path) -> Iterator[int]:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     log = (log_dir / f"server-{port}.log").open("w")
     child = subprocess.Popen(
         [
             sys.executable,
-            __file__,
+            "-m",
+            "bench.ingest_bench",
             "--serve",
             str(port),
             "--database-url",

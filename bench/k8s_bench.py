@@ -13,18 +13,14 @@ Clocks: none that matter; the figures are counts of the backend's HTTP requests,
 kmock's request log: LISTs (GET of a collection), WATCHes, creates, log GETs, deletes.
 The last line is the verdict: `bench-k8s: ... : OK|MISS`.
 
-    python bench/k8s_bench.py [--sandboxes 2000] [--parallel 100] [--pass-s 0.2]
+    python -m bench.k8s_bench [--sandboxes 2000] [--parallel 100] [--pass-s 0.2]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from controller.backends.base import ObservedState, Resources, SandboxSpec
 from controller.backends.kubernetes.backend import KubernetesBackend

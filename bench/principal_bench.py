@@ -47,8 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from bench.support import p99_ms
 from controller.catalog.templates import Catalog, load_catalog
 from controller.errors import AmbiguousRequestError, SimpleError
 from controller.language.grammar import read_request
@@ -174,11 +173,6 @@ def line(name: str, verdicts: list[Verdict]) -> str:
             f"wrong {r['wrong']:4.1f} %  asked {r['asked']:4.1f} %")
 
 
-def p99_ms(verdicts: list[Verdict]) -> float:
-    times = sorted(v.seconds for v in verdicts)
-    return 1000.0 * times[min(len(times) - 1, int(0.99 * len(times)))] if times else 0.0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dev-only", action="store_true",
@@ -204,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     for (half, kind), verdicts in results.items():
         print(line(f"{half} {kind}", verdicts))
     every = [v for verdicts in results.values() for v in verdicts]
-    p99 = p99_ms(every)
+    p99 = p99_ms([v.seconds for v in every])
     print(f"p99 per reading: {p99:.2f} ms over {len(every)} readings "
           f"(target < {TARGET_P99_MS:g} ms): {'OK' if p99 < TARGET_P99_MS else 'MISS'}")
     dev = rates(results["dev", "requests"])

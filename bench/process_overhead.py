@@ -15,7 +15,7 @@ minimal stdlib HTTP receiver in place of the controller. Prints per suite:
   commit). The log archive and the clean-up come after, off this path.
 Targets: under 100 ms each. The last line is the verdict, `bench: ... : OK|MISS`.
 
-    python bench/process_overhead.py [--rounds N] [--suites quick,ultra]
+    python -m bench.process_overhead [--rounds N] [--suites quick,ultra]
 """
 
 from __future__ import annotations
@@ -36,12 +36,10 @@ from typing import Any, ClassVar
 
 from sqlalchemy import select
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from bench.support import start_run, wait_finished
 from controller.cli.embedded import EmbeddedServer
 from controller.db.schema import attempts, events, sandboxes
 from controller.settings import Settings
-from tests.e2e_helpers import start_run, wait_run
 
 TARGET_MS = 100.0
 
@@ -53,7 +51,7 @@ def simple_round(suite: str, data_dir: Path, parallel: int) -> tuple[list[float]
     with EmbeddedServer(settings) as server:
         body = {"suites": [suite], "priority": "speed", "max_parallel": parallel}
         run_id = start_run(server.url, body)
-        run = wait_run(server.url, run_id, timeout_s=1800)
+        run = wait_finished(server.url, run_id, timeout_s=1800)
         assert run["status"] == "succeeded", run["status"]
         with server.controller.engine.connect() as conn:
             rows = conn.execute(

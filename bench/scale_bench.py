@@ -27,7 +27,7 @@ Each figure is taken per round (instant side, process side, bare loop) and the v
 on its median over the rounds (5 by default; the peak RSS on its maximum). The last line
 is the verdict: `bench-scale: ... : OK|MISS`.
 
-    python bench/scale_bench.py [--sandboxes 1000] [--runs 100] [--parallel 16] [--rounds 5]
+    python -m bench.scale_bench [--sandboxes 1000] [--runs 100] [--parallel 16] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -47,11 +47,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 from sqlalchemy import insert
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from bench.support import FINAL, NOOP, noop_template, p99_ms, start_run, write_catalog
 from controller.backends.instant import InstantBackend
 from controller.catalog.templates import load_catalog
 from controller.cli.embedded import EmbeddedServer
@@ -61,31 +59,17 @@ from controller.planning.model import PlanRequest, Priority
 from controller.planning.plan import plan
 from controller.runs import sandbox_id_for, sandbox_spec
 from controller.settings import Settings
-from tests.e2e_helpers import FINAL, start_run
 
-NOOP = ["python", "-S", "-c", "pass"]
 SUITE = "scale"
 SPAWN = multiprocessing.get_context("spawn")  # not fork: this process runs threads
 TARGETS = {"rss_mb": 300.0, "pass_p99_ms": 50.0, "get_p99_ms": 100.0, "overhead_ms": 20.0}
 
 
-def write_catalog(directory: Path, n: int) -> None:
-    ids = [f"noop_{i:04d}" for i in range(n)]
-    templates = [
-        {
-            "id": t,
-            "category": "bench_scale",
-            "mechanisms": ["M1"],
-            "estimate": {"cost_usd": [0.0, 0.0], "runtime_s": [1, 1]},
-            "timeout_s": 300,
-            "command": NOOP,
-        }
-        for t in ids
-    ]
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "scale.yaml").write_text(
-        yaml.safe_dump({"templates": templates, "suites": {SUITE: ids}})
-    )
+def write_scale_catalog(directory: Path, n: int) -> None:
+    templates = [noop_template(f"noop_{i:04d}", "bench_scale", mechanisms=["M1"])
+                 for i in range(n)]
+    write_catalog(directory, templates, suites={SUITE: [t["id"] for t in templates]},
+                  name="scale.yaml")
 
 
 def seed(path: Path, catalog_dir: Path, runs_count: int) -> None:
@@ -186,10 +170,6 @@ class PeakRss(threading.Thread):
             self.peak = max(self.peak, rss_mb())
 
 
-def p99(values: list[float]) -> float:
-    return statistics.quantiles(values, n=100)[98] * 1000 if len(values) > 1 else float("nan")
-
-
 def simple_side(workdir: Path, db: Path, catalog: Path, parallel: int, instant: bool) -> dict:
     shutil.copy(db, workdir / "simple.db")
     settings = Settings(
@@ -225,12 +205,12 @@ def simple_side(workdir: Path, db: Path, catalog: Path, parallel: int, instant: 
     return {
         "makespan": (ended - created).total_seconds(),
         "rss_mb": rss.peak,
-        "pass_p99_ms": p99(passes),
+        "pass_p99_ms": p99_ms(passes),
         "pass_median_ms": statistics.median(passes) * 1000,
         "passes": len(passes),
-        "get_p99_ms": p99(latencies),
+        "get_p99_ms": p99_ms(latencies),
         "get_median_ms": statistics.median(latencies) * 1000,
-        "whole_p99_ms": p99(whole),
+        "whole_p99_ms": p99_ms(whole),
         "report_ms": report_s * 1000,
         "cpu_s": cpu,
     }
@@ -298,7 +278,7 @@ def main() -> None:
     rounds: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="simple-scale-bench-") as tmp:
         root = Path(tmp)
-        write_catalog(root / "catalog", n)
+        write_scale_catalog(root / "catalog", n)
         began = time.perf_counter()
         seed(root / "seed.db", root / "catalog", args.runs)
         print(

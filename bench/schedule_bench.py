@@ -19,7 +19,7 @@ Clocks: makespan is the run's created_at -> finished_at (the controller's wall
 clock): it includes launching, recording and cleaning up every sandbox.
 The last line is the verdict: `bench-schedule: ... : OK|MISS`.
 
-    python bench/schedule_bench.py [--rounds 3] [--scale 0.01] [--parallel 8]
+    python -m bench.schedule_bench [--rounds 3] [--scale 0.01] [--parallel 8]
 """
 
 from __future__ import annotations
@@ -27,22 +27,17 @@ from __future__ import annotations
 import argparse
 import heapq
 import statistics
-import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from bench.support import noop_template, start_run, wait_finished, write_catalog
 from controller.catalog.templates import Catalog, load_catalog
 from controller.cli.embedded import EmbeddedServer
 from controller.planning.model import PlanRequest
 from controller.planning.plan import plan
 from controller.settings import Settings
-from tests.e2e_helpers import start_run, wait_run
 
 SUITE = "ultra"
 TARGET = 1.10
@@ -55,26 +50,21 @@ def sleeps(catalog: Catalog, scale: float) -> dict[str, float]:
     }
 
 
-def write_catalog(directory: Path, catalog: Catalog, sleep: dict[str, float], real: bool) -> None:
-    templates = []
-    for template_id, seconds in sleep.items():
-        template = catalog.templates[template_id]
-        runtime = list(template.runtime_s) if real else [60, 60]
-        templates.append(
-            {
-                "id": template_id,
-                "category": "bench_schedule",
-                "estimate": {"cost_usd": [0.0, 0.0], "runtime_s": runtime},
-                "timeout_s": 600,
-                "command": ["python", "-S", "-c", f"import time; time.sleep({seconds})"],
-            }
-        )
-    directory.mkdir(parents=True)
-    (directory / "bench.yaml").write_text(yaml.safe_dump({"templates": templates}))
+def write_sleep_catalog(directory: Path, catalog: Catalog, sleep: dict[str, float],
+                        real: bool) -> None:
+    """One template per `sleep` entry sleeping that long, estimated as the built-in one
+    (`real`) or all alike (60 s), so only the estimates can order the launches."""
+    write_catalog(directory, [
+        noop_template(template_id, "bench_schedule", timeout_s=600,
+                      estimate={"cost_usd": [0.0, 0.0], "runtime_s": (
+                          list(catalog.templates[template_id].runtime_s) if real else [60, 60])},
+                      command=["python", "-S", "-c", f"import time; time.sleep({seconds})"])
+        for template_id, seconds in sleep.items()
+    ])
 
 
 def measure(workdir: Path, catalog: Catalog, sleep: dict[str, float], real: bool, p: int) -> float:
-    write_catalog(workdir / "catalog", catalog, sleep, real)
+    write_sleep_catalog(workdir / "catalog", catalog, sleep, real)
     settings = Settings(
         data_dir=workdir / "data",
         database_url=f"sqlite:///{workdir}/simple.db",
@@ -84,7 +74,7 @@ def measure(workdir: Path, catalog: Catalog, sleep: dict[str, float], real: bool
     )
     with EmbeddedServer(settings) as server:
         body = {"templates": list(sleep), "priority": "speed", "max_parallel": p}
-        run: dict[str, Any] = wait_run(server.url, start_run(server.url, body), timeout_s=1800)
+        run: dict[str, Any] = wait_finished(server.url, start_run(server.url, body), 1800)
     if run["status"] != "succeeded":
         raise RuntimeError(f"run {run['run_id']} ended {run['status']}")
     ended = datetime.fromisoformat(run["finished_at"])
