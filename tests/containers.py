@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import require_service
+from tests.docker_support import connect_docker
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
@@ -32,17 +32,6 @@ S3_OFFICIAL = "minio/minio:RELEASE.2025-04-22T22-12-26Z"
 LABELS = {"app.kubernetes.io/managed-by": "simple-tests", "simple.dev/test-session": "true"}
 PULL_TIMEOUT_S = 120
 READY_TIMEOUT_S = 90
-
-
-def docker_client() -> Any:
-    try:
-        from docker.client import DockerClient
-
-        client = DockerClient.from_env(timeout=30)
-        client.ping()
-    except Exception as e:
-        require_service("Docker (for testcontainers)", str(e))
-    return client
 
 
 def choose_image(client: Any, variable: str, official: str, local: str, what: str) -> str:
@@ -106,7 +95,7 @@ class PostgresContainer:
 
 def start_postgres() -> PostgresContainer:
     """A PostgreSQL server in a container; fast (no fsync), like start-postgres.sh --fast."""
-    client = docker_client()
+    client = connect_docker()
     image = choose_image(client, "SIMPLE_TEST_POSTGRES_IMAGE", POSTGRES_OFFICIAL,
                          "simple-postgres:local", "postgres")
     password = secrets.token_hex(16)
@@ -140,7 +129,7 @@ class S3Container:
 
 def start_s3() -> S3Container:
     """An S3 server (MinIO or simple-s3:local) in a container."""
-    client = docker_client()
+    client = connect_docker()
     image = choose_image(client, "SIMPLE_TEST_S3_IMAGE", S3_OFFICIAL, "simple-s3:local", "s3")
     key, secret = "simple" + secrets.token_hex(4), secrets.token_hex(20)
     container = _container(

@@ -6,7 +6,6 @@ and a controller restarted mid-run that adopts what still runs.
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import httpx
 from controller.cli.embedded import EmbeddedServer
 from controller.settings import Settings
 from tests.e2e_helpers import report, start_run, wait_for, wait_run
+from tests.services import free_port
 
 
 def _catalog(write: Callable[[str], Path], templates: dict[str, dict[str, Any]]) -> Path:
@@ -145,17 +145,11 @@ def test_memory_limit_is_oom(settings: Settings, catalog_dir: Callable[[str], Pa
     assert _sandbox(run, "hog")["status"] == "oom"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_restarted_controller_adopts_running_sandboxes(
     settings: Settings, catalog_dir: Callable[[str], Path]
 ) -> None:
     catalog = _catalog(catalog_dir, {f"steady{i}": {"config": {"sleep_s": 2}} for i in range(3)})
-    port = _free_port()
+    port = free_port()
     first = EmbeddedServer(settings.model_copy(update={"catalog_dirs": [catalog]}), port=port)
     with first:
         run_id = start_run(first.url, {"templates": ["steady0", "steady1", "steady2"]})

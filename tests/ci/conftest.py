@@ -16,7 +16,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import httpx
 import pytest
 
 from controller.settings import Settings
+from tests.services import free_port
 
 SIMPLECTL = [sys.executable, "-m", "controller.cli"]
 START_TIMEOUT_S = 30.0
@@ -125,12 +125,6 @@ request = urllib.request.Request(url, data=json.dumps(body).encode(), method="PO
 urllib.request.urlopen(request, timeout=10).read()
 sys.exit(3)
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def clean_env(**extra: str) -> dict[str, str]:

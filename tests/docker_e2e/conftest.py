@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pytest
 from controller.settings import Settings
 from sandbox_image.contract import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE, LABEL_RUN_ID
 from tests.docker_support import connect_docker, ensure_sandbox_image
+from tests.services import free_port
 
 SIMPLECTL = [sys.executable, "-m", "controller.cli"]
 SERVE_START_TIMEOUT_S = 60
@@ -107,12 +107,6 @@ def run_containers(docker_engine: Any, docker_settings: Settings) -> Iterator[Ru
     tracker = RunContainers(docker_engine, docker_settings.resolved_database_url)
     yield tracker
     tracker.remove_all()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def cli_env(settings: Settings, **extra: str) -> dict[str, str]:

@@ -12,7 +12,6 @@ controller restarted mid-run, or an S3 outage mid-run, loses nothing.
 from __future__ import annotations
 
 import json
-import socket
 import sqlite3
 import tempfile
 import time
@@ -34,6 +33,7 @@ from tests.services import (  # noqa: F401 - fixtures
     TEST_BUCKET,
     RcloneS3Server,
     S3Server,
+    free_port,
     pg_server,
     pg_server_url,
     s3_prefix,
@@ -143,12 +143,6 @@ def test_quick_suite_on_postgres_and_s3(tmp_path: Path, pg_server_url: str,
         assert archived[sandbox["sandbox_id"]] == objects[key].decode()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _sandboxes(url: str, run_id: str) -> list[dict[str, Any]]:
     return list(httpx.get(f"{url}/v1/runs/{run_id}", timeout=10).json()["sandboxes"])
 
@@ -158,7 +152,7 @@ def test_restart_mid_run_on_the_same_database_and_store(
 ) -> None:
     """Stopped while sandboxes run and others wait; a new controller finishes the run."""
     settings = production_settings(tmp_path, pg_server_url, s3_server, s3_prefix)
-    port = _free_port()  # the controller's address outlives it, as a Service's would
+    port = free_port()  # the controller's address outlives it, as a Service's would
     with EmbeddedServer(settings, port=port) as first:
         run_id = start_run(first.url, {"names": ["quick"], "max_parallel": 2})
         wait_for(lambda: sum(1 for s in _sandboxes(first.url, run_id) if s["step"]) >= 1,
@@ -222,7 +216,7 @@ def test_readyz_names_what_is_wrong_with_the_store(
     update, expected = {
         "missing bucket": ({"store_url": "s3://no-such-bucket/p"}, "does not exist"),
         "wrong secret": ({"s3_secret_access_key": "wrong"}, "refused the credentials"),
-        "server down": ({"s3_endpoint_url": f"http://127.0.0.1:{_free_port()}"},
+        "server down": ({"s3_endpoint_url": f"http://127.0.0.1:{free_port()}"},
                         "unreachable"),
     }[problem]
     with EmbeddedServer(settings.model_copy(update=update)) as server:
