@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -108,3 +109,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             frame = frames.get(thread.ident or 0)
             where = traceback.extract_stack(frame)[-1] if frame else None
             print(f"  {thread.name} (daemon={thread.daemon}) at {where}", file=sys.stderr)
+
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """One line at the very end (after pytest's own summary): how many tests skipped, for
+    which missing part, and the command that installs it (each skip's reason says it)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or hasattr(config, "workerinput"):  # an xdist worker: the main one says it
+        return
+    reasons: Counter[str] = Counter()
+    for report in reporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        message = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[message.removeprefix("Skipped: ")] += 1
+    if reasons:
+        parts = "; ".join(f"{n} because {reason}" for reason, n in reasons.most_common())
+        reporter.write_line(f"skipped {sum(reasons.values())}: {parts}", yellow=True)
+    elif reporter.stats.get("passed"):
+        reporter.write_line("skipped 0: every test ran", green=True)

@@ -33,7 +33,7 @@ ITEMS = check_items([{"item_id": f"i{n}", "data": n} for n in range(25)], "test"
 
 
 def test_query_portal_under_50_fast(catalog: Catalog) -> None:
-    the_plan = plan(catalog, PlanRequest(query="run portal templates under $50, fast"))
+    the_plan = plan(catalog, PlanRequest(query="run all portal templates under $50, fast"))
     assert the_plan.budget_usd == 50
     assert the_plan.priority is Priority.SPEED
     assert sorted([*the_plan.selected, *excluded_ids(the_plan)]) == sorted(
@@ -43,7 +43,7 @@ def test_query_portal_under_50_fast(catalog: Catalog) -> None:
 
 
 def test_query_names_a_specific_suite_only(catalog: Catalog) -> None:
-    the_plan = plan(catalog, PlanRequest(query="quick validation of portal-test, cheap"))
+    the_plan = plan(catalog, PlanRequest(query="run quick and portal-test, cheap"))
     assert set(the_plan.selected) == {*catalog.suite("quick"), *catalog.suite("portal-test")}
     assert the_plan.priority is Priority.COST
     assert the_plan.budget_usd is None
@@ -60,7 +60,7 @@ def test_query_names_a_template(catalog: Catalog) -> None:
 
 
 def test_query_budget_does_not_override_an_explicit_budget(catalog: Catalog) -> None:
-    the_plan = plan(catalog, PlanRequest(query="portal under $50", budget_usd=12))
+    the_plan = plan(catalog, PlanRequest(query="all portal templates under $50", budget_usd=12))
     assert the_plan.budget_usd == 12
     assert the_plan.estimated_cost_usd[1] <= 12
 

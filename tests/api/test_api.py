@@ -243,7 +243,7 @@ def test_plan_does_not_create_a_run(api: httpx.Client) -> None:
 
 
 def test_plan_from_free_text(api: httpx.Client, catalog: Catalog) -> None:
-    body = {"query": "run portal templates under $50, fast"}
+    body = {"query": "run all portal templates under $50, fast"}
     plan = api.post("/v1/plans", json=body).raise_for_status().json()
     assert plan["budget_usd"] == 50
     assert plan["priority"] == "speed"
