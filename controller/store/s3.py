@@ -196,28 +196,23 @@ class S3Store(ObjectStore):
 
     def presigned_put_url(self, key: str, expires_s: int) -> str:
         """A URL that lets its holder PUT this one key, and nothing else, for `expires_s`."""
-        try:
-            url: str = self._signer.generate_presigned_url(
-                "put_object",
-                Params={"Bucket": self.bucket, "Key": self.object_key(key)},
-                ExpiresIn=max(1, min(int(expires_s), MAX_PRESIGN_S)),
-                HttpMethod="PUT",
-            )
-        except BotoCoreError as e:
-            raise self._error(f"cannot presign an upload URL for {key}", e) from e
-        return url
+        return self._presign("put_object", "PUT", key, expires_s, "an upload")
 
     def presigned_get_url(self, key: str, expires_s: int) -> str:
         """A URL that lets its holder GET this one key, and nothing else, for `expires_s`."""
+        return self._presign("get_object", "GET", key, expires_s, "a download")
+
+    def _presign(self, operation: str, method: str, key: str, expires_s: int, what: str) -> str:
+        """One key, one method, for `expires_s` clamped to 1 s .. MAX_PRESIGN_S."""
         try:
             url: str = self._signer.generate_presigned_url(
-                "get_object",
+                operation,
                 Params={"Bucket": self.bucket, "Key": self.object_key(key)},
                 ExpiresIn=max(1, min(int(expires_s), MAX_PRESIGN_S)),
-                HttpMethod="GET",
+                HttpMethod=method,
             )
         except BotoCoreError as e:
-            raise self._error(f"cannot presign a download URL for {key}", e) from e
+            raise self._error(f"cannot presign {what} URL for {key}", e) from e
         return url
 
     def check(self) -> None:
