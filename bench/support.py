@@ -156,3 +156,12 @@ def median_ms(values: Iterable[float]) -> float:
 def p99_ms(values: Sequence[float]) -> float:
     """The 99th percentile of `values` (seconds) in milliseconds; NaN under two values."""
     return statistics.quantiles(values, n=100)[98] * 1000 if len(values) > 1 else float("nan")
+
+
+def machine() -> str:
+    """Where a bench ran, for its header: cores, load, Python, platform."""
+    import os
+    import platform
+
+    return (f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, Python "
+            f"{platform.python_version()}, {platform.system()} {platform.release()}")

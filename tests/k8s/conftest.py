@@ -97,8 +97,12 @@ def make_spec(k8s_settings: Settings) -> MakeSpec:
 class FakeCluster:
     """A kmock KubernetesEmulator on a loopback port, run by an event loop in a thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: int | None = None) -> None:
+        """`window`: keep only the last this many requests in kmock's log (it matches each
+        new request against the whole log, so a long one makes it quadratic) and hand the
+        rest over through `take_requests`; None (tests) keeps every request in the log."""
         self.kmock: Any = import_tool("kmock", "kmock")
+        self.window = window
         self.url = ""
         self.logs: dict[str, bytes] = {}  # pod name -> its log; absent: still starting
         self._loop = asyncio.new_event_loop()
@@ -115,7 +119,8 @@ class FakeCluster:
     async def _main(self) -> None:
         kmock = self.kmock
         try:
-            async with _emulator_class(kmock)() as emulator, kmock.Server(emulator) as server:
+            async with _emulator_class(kmock, self.window)() as emulator, kmock.Server(
+                    emulator) as server:
                 self.emulator = emulator
                 self.url = str(server.url).rstrip("/")
                 self._stop = asyncio.Event()
@@ -235,6 +240,9 @@ class FakeCluster:
         its whole log, so a long bench hands them over in slices (its `_requests` list is
         the log its views read)."""
         def take() -> list[Any]:
+            if self.window is not None:
+                taken, self.emulator.seen = self.emulator.seen, []
+                return taken
             taken = list(self.emulator)
             self.emulator._requests.clear()
             return taken
@@ -261,14 +269,22 @@ class FakeCluster:
             self._loop.close()
 
 
-def _emulator_class(kmock: Any) -> Any:
+def _emulator_class(kmock: Any, window: int | None = None) -> Any:
     """kmock's emulator, which also gives every created object a uid, as the API server does
-    (ownerReferences name their owner by it), also when a scripted failure answers."""
+    (ownerReferences name their owner by it), also when a scripted failure answers; with a
+    `window`, its log keeps only the latest requests and `seen` every one."""
 
     class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
+        seen: list[Any]
+
         async def _handle(self, request: Any) -> Any:
             if request.action == kmock.action.CREATE and isinstance(request.data, dict):
                 request.data.setdefault("metadata", {}).setdefault("uid", str(uuid.uuid4()))
+            if window is not None:
+                if not hasattr(self, "seen"):
+                    self.seen = []
+                self.seen.append(request)
+                del self._requests[:-window]  # this request stays: reactions match it by identity
             return await super()._handle(request)
 
     return Emulator
