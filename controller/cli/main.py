@@ -26,7 +26,7 @@ from controller.cli.common import (
     fail,
     setup_logging,
 )
-from controller.settings import load_settings
+from controller.cli.db import db_app
 
 app = typer.Typer(
     help="SIMPLE: run simulation templates in parallel, one sandbox each.",
@@ -46,7 +46,6 @@ def _global_options(server: Server = None, token: Token = None) -> None:
         os.environ["SIMPLE_TOKEN"] = token
 
 
-db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 for command in (
     run.run,
@@ -108,14 +107,3 @@ def serve(
         controller = Controller(settings)
         log_level = "info" if verbose else "warning"
         serve_app(create_app(controller), settings, sock, listener, log_level)
-
-
-@db_app.command("upgrade")
-def db_upgrade() -> None:
-    """Apply every pending database migration."""
-    from controller.db.engine import create_db_engine, upgrade
-
-    setup_logging(True)
-    with errors_to_exit():
-        upgrade(create_db_engine(load_settings().resolved_database_url))
-    err.print("database is at the latest migration")

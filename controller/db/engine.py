@@ -7,16 +7,22 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from controller.db.revisions import (
+    MIGRATIONS_DIR,
+    Schema,
+    SchemaState,
+    record_compat,
+    schema_of,
+)
 from controller.errors import ConfigError, UnavailableError
 from controller.extras import require_extra
 
 logger = logging.getLogger(__name__)
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 CONNECT_TIMEOUT_S = 5
 
 
@@ -112,41 +118,46 @@ def _alembic_config(engine: Engine) -> Any:
 
 
 def upgrade(engine: Engine) -> None:
-    """Apply every pending migration."""
+    """Apply every pending migration, then record which controllers can run on the schema."""
     from alembic import command
 
     command.upgrade(_alembic_config(engine), "head")
+    with engine.begin() as conn:
+        record_compat(conn)
     logger.info("database migrated to head")
 
 
-def head_revision() -> str:
-    from alembic.script import ScriptDirectory
+def downgrade(engine: Engine, revision: str) -> None:
+    """Undo migrations down to `revision` (this code's migrations only)."""
+    from alembic import command
 
-    script = ScriptDirectory(str(MIGRATIONS_DIR))
-    head = script.get_current_head()
-    assert head is not None
-    return head
+    command.downgrade(_alembic_config(engine), revision)
+    logger.info("database downgraded to %s", revision)
 
 
-def check_ready(engine: Engine) -> None:
-    """Raise UnavailableError naming the reason unless the DB is reachable and migrated."""
+def schema(engine: Engine) -> Schema:
+    """Where the database's schema stands; UnavailableError (one line) if unreachable."""
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
-            if not inspect(conn).has_table("alembic_version"):
-                raise UnavailableError(
-                    "database is not migrated", hint="run `simplectl db upgrade`"
-                )
-            current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            return schema_of(conn)
     except SQLAlchemyError as e:
         raise UnavailableError(
-            f"database unreachable: {type(e).__name__}: {str(e).splitlines()[0]}",
+            f"database unreachable: {type(e).__name__}: {str(e).strip().splitlines()[0]}",
             hint="check SIMPLE_DATABASE_URL and that the server is up",
         ) from e
-    if current is None:
-        raise UnavailableError("database is not migrated", hint="run `simplectl db upgrade`")
-    if current != head_revision():
-        raise UnavailableError(
-            f"database schema is at {current}, expected {head_revision()}",
-            hint="run `simplectl db upgrade`",
-        )
+
+
+def check_ready(engine: Engine) -> None:
+    """Raise UnavailableError naming the reason unless the DB is reachable and its schema is
+    one this code runs on (its head, or a newer one recorded as readable by it)."""
+    found = schema(engine)
+    if found.usable:
+        return
+    if found.state in (SchemaState.EMPTY, SchemaState.BEHIND):
+        raise UnavailableError(found.describe(), hint="run `simplectl db upgrade`")
+    raise UnavailableError(
+        found.describe(),
+        hint=f"roll forward to the release that migrated to {found.current}, or with that "
+        f"release run `simplectl db downgrade {found.head}` (docs/storage.md#rollbacks)",
+    )

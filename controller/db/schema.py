@@ -231,3 +231,15 @@ result_items = Table(
     Column("duration_ms", BigInteger),
     Column("data", Text),
 )
+
+# Which controllers can run on this schema: written by `upgrade` (one row). A controller
+# older than the schema (after a rollback) is ready if its own head is at or after
+# `readable_from`: every migration since then only added (tables, nullable columns,
+# indexes). See controller/db/revisions.py and docs/storage.md#rollbacks.
+schema_compat = Table(
+    "schema_compat",
+    metadata,
+    Column("revision", String(64), primary_key=True),
+    Column("readable_from", String(64), nullable=False),
+    Column("written_at", UTCDateTime(), nullable=False),
+)

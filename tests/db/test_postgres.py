@@ -29,7 +29,8 @@ from sqlalchemy import Engine, func, select, update
 from controller.api.app import create_app
 from controller.catalog.templates import Catalog, load_catalog
 from controller.cli.embedded import EmbeddedServer
-from controller.db.engine import check_ready, create_db_engine, head_revision, upgrade
+from controller.db.engine import check_ready, create_db_engine, upgrade
+from controller.db.revisions import head_revision
 from controller.db.schema import events, result_runs, result_steps, sandboxes
 from controller.errors import SnapshotRejected, UnavailableError
 from controller.intake.aggregator import load_snapshot, read_snapshot
