@@ -98,6 +98,11 @@ class Settings(BaseSettings):
     allow_unauthenticated: bool = Field(
         False, description="Let `serve` listen beyond loopback without API tokens (unsafe)."
     )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated Host names answered besides the loopback names and "
+        "SIMPLE_CONTROLLER_URL's host (400 for any other; `*` for any, unsafe).",
+    )
     host: str = Field("127.0.0.1", description="Address `simplectl serve` listens on.")
     port: int = Field(8080, description="Port `simplectl serve` listens on.")
     controller_url: str | None = Field(
@@ -225,7 +230,7 @@ class Settings(BaseSettings):
             return [Path(p) for p in value.split(":") if p.strip()]
         return value
 
-    @field_validator("api_tokens", mode="before")
+    @field_validator("api_tokens", "allowed_hosts", mode="before")
     @classmethod
     def _split_tokens(cls, value: object) -> object:
         if isinstance(value, str):

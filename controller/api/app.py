@@ -12,6 +12,7 @@ from controller import __version__
 from controller.api.body_guard import BodyGuard
 from controller.api.deps import attach
 from controller.api.errors import install_error_handlers
+from controller.api.hosts import HostGuard, allowed_hosts
 from controller.api.routes import (
     accounting,
     chat,
@@ -53,13 +54,14 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     for module in (*routers, pages, chat_panel):
         app.include_router(module.router)
     app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens)
-    # Outermost: sizes and credentials are judged before anything reads a body.
+    # Sizes and credentials are judged before anything reads a body; the Host even before.
     app.add_middleware(
         BodyGuard,
         settings=controller.settings,
         engine=lambda: controller.engine,
         routes=lambda: app.router.routes,
     )
+    app.add_middleware(HostGuard, hosts=allowed_hosts(controller.settings))
 
     @app.exception_handler(access.LoginRequired)
     async def _login_required(_request: Request, exc: access.LoginRequired) -> RedirectResponse:

@@ -17,6 +17,7 @@ from starlette.requests import HTTPConnection
 from controller.api.auth import SESSION_COOKIE, api_refusal, token_listed
 from controller.api.body_guard import ATTEMPT_KEY
 from controller.api.log_follow import FollowerSlots
+from controller.api.sockets import UNAUTHENTICATED_SOCKETS_MAX, SocketSlots
 from controller.errors import UnauthorizedError
 from controller.intake.event_intake import EventIntake
 from controller.intake.tokens import Signer
@@ -32,6 +33,7 @@ def attach(app: FastAPI, controller: Controller, principal: Principal) -> None:
     app.state.log_followers = FollowerSlots(
         settings.log_followers_per_sandbox, settings.log_followers_total
     )
+    app.state.unauthenticated_sockets = SocketSlots(UNAUTHENTICATED_SOCKETS_MAX)
 
 
 def get_controller(connection: HTTPConnection) -> Controller:
@@ -107,6 +109,11 @@ def require_api_token(
     refusal = api_refusal(token, session, controller.settings.api_tokens)
     if refusal is not None:
         raise UnauthorizedError(refusal.message, hint=refusal.hint)
+
+
+def session_is_valid(session: str | None, controller: Controller) -> bool:
+    """For WebSockets: whether a dashboard session cookie is a live session."""
+    return api_refusal("", session, controller.settings.api_tokens) is None
 
 
 def token_is_valid(token: str | None, controller: Controller) -> bool:

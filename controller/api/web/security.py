@@ -4,8 +4,9 @@ With SIMPLE_API_TOKENS set, a browser logs in once with a token; the session coo
 gets (`controller.api.auth`: a digest of the token, never the token) is HttpOnly and
 SameSite=Strict. State-changing requests made with the cookie must carry `X-CSRF-Token`
 (the page's token, derived from the session); any state-changing request whose Origin is
-another site is refused, cookie or not, so a web page cannot drive a loopback controller
-without tokens either.
+another site is refused, cookie or not, and so is a WebSocket handshake from another site,
+so a web page cannot drive a loopback controller without tokens either (and
+`controller.api.hosts` refuses the names a rebound page would send).
 """
 
 from __future__ import annotations
@@ -101,6 +102,12 @@ class CsrfGuard:
             if reason:
                 await _refuse(send, reason)
                 return
+        if scope["type"] == "websocket" and cross_origin_reason(HTTPConnection(scope)):
+            # A browser sends the page's Origin on every handshake, and no preflight
+            # guards one: a page on another site may not open a socket (the server
+            # answers the handshake 403), cookie or not.
+            await send({"type": "websocket.close", "code": 1008})
+            return
         await self.app(scope, receive, send)
 
 
