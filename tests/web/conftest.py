@@ -94,7 +94,10 @@ def page_controller(
     made: list[tuple[Controller, TestClient]] = []
 
     def make(**update: Any) -> tuple[Controller, TestClient]:
-        changed = settings.model_copy(update={"catalog_dirs": [ci_catalog], **update})
+        # TestClient's Host is `testserver`: a name the controller answers only when told.
+        changed = settings.model_copy(
+            update={"catalog_dirs": [ci_catalog], "allowed_hosts": ["testserver"], **update}
+        )
         controller = Controller(changed)
         upgrade(controller.engine)
         client = TestClient(create_app(controller, manage_lifecycle=False))
