@@ -53,13 +53,16 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access)
     for module in (*routers, pages, chat_panel):
         app.include_router(module.router)
-    app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens)
+    sessions = app.state.sessions
+    app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens,
+                       sessions=sessions)
     # Sizes and credentials are judged before anything reads a body; the Host even before.
     app.add_middleware(
         BodyGuard,
         settings=controller.settings,
         engine=lambda: controller.engine,
         routes=lambda: app.router.routes,
+        sessions=sessions,
     )
     app.add_middleware(HostGuard, hosts=allowed_hosts(controller.settings))
 

@@ -28,6 +28,8 @@ from controller.cli.common import (
 )
 from controller.settings import load_settings
 
+MIN_TOKEN_CHARS = 32  # an API token shorter than this is refused at `serve`
+
 app = typer.Typer(
     help="SIMPLE: run simulation templates in parallel, one sandbox each.",
     no_args_is_help=True,
@@ -90,6 +92,15 @@ def serve(
         and not settings.allow_unauthenticated
     ):
         raise fail(f"refusing to serve on {settings.host} without API tokens", Exit.USAGE) from None
+    short = [i for i, token in enumerate(settings.api_tokens, 1) if len(token) < MIN_TOKEN_CHARS]
+    if short:
+        raise fail(
+            f"refusing to serve: SIMPLE_API_TOKENS has {len(short)} token(s) shorter than "
+            f"{MIN_TOKEN_CHARS} characters (number {', '.join(map(str, short))} in the list); "
+            "make each one long and random, e.g. `python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'`",
+            Exit.USAGE,
+        ) from None
     if not settings.api_tokens:
         err.print(
             "warning: no SIMPLE_API_TOKENS: any process on this machine can use the API, "

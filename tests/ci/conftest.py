@@ -273,7 +273,7 @@ def serve(settings: Settings, tmp_path: Path, ci_catalog: Path) -> Iterator[Serv
     catalog = ci_catalog
 
     def start(**extra_env: str) -> Served:
-        tokens = (f"ci-{secrets.token_hex(12)}", f"other-{secrets.token_hex(12)}")
+        tokens = (f"ci-{secrets.token_hex(16)}", f"other-{secrets.token_hex(16)}")
         port = free_port()
         log_path = tmp_path / f"serve-{port}.log"
         env = clean_env(

@@ -100,7 +100,9 @@ def page_controller(
         )
         controller = Controller(changed)
         upgrade(controller.engine)
-        client = TestClient(create_app(controller, manage_lifecycle=False))
+        # https: the session cookie is Secure off loopback (TestClient's server is no IP)
+        client = TestClient(create_app(controller, manage_lifecycle=False),
+                             base_url="https://testserver")
         made.append((controller, client))
         return controller, client
 

@@ -28,7 +28,6 @@ from controller.api.deps import (
     ControllerDep,
     PrincipalDep,
     SessionCookie,
-    session_is_valid,
     token_is_valid,
 )
 from controller.api.responses import ChoicePublic, Interpretation, error_responses
@@ -112,7 +111,7 @@ async def chat_ws(
         return
     if token is not None or not tokens:
         owner = _owner(token)
-    elif session and session_is_valid(session, controller):
+    elif session and await asyncio.to_thread(websocket.app.state.sessions.live, session):
         owner = _owner("session:" + session)
     else:
         found = await _token_before_talk(websocket, controller)
