@@ -19,11 +19,13 @@ from controller.cli.common import (
     Exit,
     Server,
     Token,
+    TokenFile,
     Verbose,
     cli_settings,
     err,
     errors_to_exit,
     fail,
+    read_token_file,
     setup_logging,
 )
 from controller.settings import load_settings
@@ -39,11 +41,15 @@ app = typer.Typer(
 
 
 @app.callback()
-def _global_options(server: Server = None, token: Token = None) -> None:
-    # `simplectl --server URL --token T run …` as well as `simplectl run --server URL …`:
+def _global_options(
+    server: Server = None, token: Token = None, token_file: TokenFile = None
+) -> None:
+    # `simplectl --server URL --token-file F run …` as well as `simplectl run --server URL …`:
     # the global options reach every command through the variables its options read.
     if server:
         os.environ["SIMPLE_SERVER"] = server
+    if token_file and not token:
+        token = read_token_file(token_file)
     if token:
         os.environ["SIMPLE_TOKEN"] = token
 
