@@ -46,6 +46,10 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
         version=__version__,
         lifespan=lifespan,
         description="Runs simulation templates in parallel, one sandbox each.",
+        # FastAPI's /docs and /redoc load their scripts from a CDN, unpinned, on the
+        # dashboard's origin: not served. The schema is GET /openapi.json.
+        docs_url=None,
+        redoc_url=None,
     )
     attach(app, controller, create_principal(controller))
     app.add_middleware(RequestContextMiddleware)

@@ -15,7 +15,8 @@ from controller.cli.common import TOKEN_ON_COMMAND_LINE
 from tests.ci.conftest import Served
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKEN_ARGUMENT = re.compile(r"--token[ =]+[\"']?\$")  # --token "$(…)", --token $SIMPLE_TOKEN
+# --token "$(…)", --token $SIMPLE_TOKEN, curl -H "Authorization: Bearer $SIMPLE_TOKEN"
+TOKEN_ARGUMENT = re.compile(r"--token[ =]+[\"']?\$|-H [\"']Authorization: Bearer \$")
 
 
 def test_no_doc_puts_a_token_on_a_command_line() -> None:

@@ -258,3 +258,18 @@ def test_a_staged_run_groups_its_rows_by_stage(page_controller: Make) -> None:
     assert html.index(heads[1]) > html.index(f'id="sb-{ids[3]}"')
     assert html.index(heads[1]) < html.index(f'id="sb-{ids[4]}"')
     assert 'stage <span id="run-stage">2</span> of 2' in html
+
+
+def test_no_page_loads_a_script_from_another_site(secured: tuple[Controller, TestClient]) -> None:
+    """Issue 25, finding 11: FastAPI's /docs and /redoc loaded swagger-ui and redoc from a
+    CDN, unpinned, on the dashboard's origin. They are not served; the schema is."""
+    _, client = secured
+    _logged_in(client)
+    for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+        assert client.get(path).status_code == 404, path
+    schema = client.get("/openapi.json")
+    assert schema.status_code == 200 and schema.json()["openapi"].startswith("3.")
+    for path in PAGES:
+        parsed = _Parsed()
+        parsed.feed(client.get(path).text)
+        assert all(src.startswith("/static/") for src in parsed.scripts), (path, parsed.scripts)
