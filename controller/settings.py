@@ -17,6 +17,7 @@ from pydantic_settings import (
 )
 from sqlalchemy.engine import make_url
 
+from controller import __version__
 from controller.errors import ConfigError
 
 BackendName = Literal["process", "docker", "kubernetes"]
@@ -110,7 +111,9 @@ class Settings(BaseSettings):
         description="Base URL sandboxes use to reach the controller; default http://<host>:<port>.",
     )
     default_image: str = Field(
-        "simple-sandbox:latest", description="Image of templates without one."
+        f"simple-sandbox:{__version__}",
+        description="Image of templates without one (this version's own; `make images` "
+        "builds it), never a moving tag such as :latest.",
     )
     max_attempts: int = Field(3, ge=1, le=20, description="Attempts per sandbox, retries included.")
     retry_base_s: float = Field(1.0, ge=0, description="First retry delay; doubles each attempt.")

@@ -65,6 +65,7 @@ SIMPLE_DOCKER_GID=$(stat -c %g "$socket")
 SIMPLE_PORT=$port
 SIMPLE_POSTGRES_IMAGE=$postgres_image
 SIMPLE_S3_IMAGE=$s3_image
+SIMPLE_SANDBOX_IMAGE=simple-sandbox:$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$ROOT/controller/__init__.py")
 ENV
 chmod 600 "$tmp"
 mv -f -T "$tmp" "$file"
