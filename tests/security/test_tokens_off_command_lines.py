@@ -46,7 +46,7 @@ def test_the_token_from_a_file_or_the_environment_and_a_warning_for_token(
     quiet = served.simplectl("status", "--server", served.url,
                              env={"SIMPLE_TOKEN": served.token})
     assert quiet.returncode == 0 and TOKEN_ON_COMMAND_LINE not in quiet.stderr
-    warned = served.simplectl(*served.remote("status"))
+    warned = served.simplectl("status", "--server", served.url, "--token", served.token)
     assert warned.returncode == 0, warned.stderr
     assert TOKEN_ON_COMMAND_LINE in warned.stderr
     empty = tmp_path / "empty"
