@@ -107,6 +107,13 @@ def serve(
             "print(secrets.token_urlsafe(32))'`",
             Exit.USAGE,
         ) from None
+    if settings.host in ("0.0.0.0", "::") and not settings.allowed_hosts:
+        err.print(
+            f"note: listening on {settings.host}, but answering only the loopback names and "
+            f"{settings.resolved_controller_url}'s host (400 for others, against DNS "
+            "rebinding); add the names clients use to SIMPLE_ALLOWED_HOSTS",
+            highlight=False,
+        )
     if not settings.api_tokens:
         err.print(
             "warning: no SIMPLE_API_TOKENS: any process on this machine can use the API, "
