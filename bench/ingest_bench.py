@@ -172,6 +172,7 @@ def serve(port: int, url: str, persistence: bool) -> None:
     import uvicorn
 
     from controller.api.app import create_app
+    from controller.api.sockets import WS_MAX_BYTES, WS_MAX_QUEUE
     from controller.service import Controller
     from controller.settings import Settings
 
@@ -182,7 +183,8 @@ def serve(port: int, url: str, persistence: bool) -> None:
                 controller.event_writer, controller.event_quota
             )
         app = create_app(controller, manage_lifecycle=False)
-        uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
+                    ws_max_size=WS_MAX_BYTES, ws_max_queue=WS_MAX_QUEUE)
         controller.close()
 
 

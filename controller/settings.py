@@ -17,6 +17,7 @@ from pydantic_settings import (
 )
 from sqlalchemy.engine import make_url
 
+from controller import __version__
 from controller.errors import ConfigError
 
 BackendName = Literal["process", "docker", "kubernetes"]
@@ -98,6 +99,11 @@ class Settings(BaseSettings):
     allow_unauthenticated: bool = Field(
         False, description="Let `serve` listen beyond loopback without API tokens (unsafe)."
     )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated Host names answered besides the loopback names and "
+        "SIMPLE_CONTROLLER_URL's host (400 for any other; `*` for any, unsafe).",
+    )
     host: str = Field("127.0.0.1", description="Address `simplectl serve` listens on.")
     port: int = Field(8080, description="Port `simplectl serve` listens on.")
     controller_url: str | None = Field(
@@ -105,7 +111,9 @@ class Settings(BaseSettings):
         description="Base URL sandboxes use to reach the controller; default http://<host>:<port>.",
     )
     default_image: str = Field(
-        "simple-sandbox:latest", description="Image of templates without one."
+        f"simple-sandbox:{__version__}",
+        description="Image of templates without one (this version's own; `make images` "
+        "builds it), never a moving tag such as :latest.",
     )
     max_attempts: int = Field(3, ge=1, le=20, description="Attempts per sandbox, retries included.")
     retry_base_s: float = Field(1.0, ge=0, description="First retry delay; doubles each attempt.")
@@ -225,7 +233,7 @@ class Settings(BaseSettings):
             return [Path(p) for p in value.split(":") if p.strip()]
         return value
 
-    @field_validator("api_tokens", mode="before")
+    @field_validator("api_tokens", "allowed_hosts", mode="before")
     @classmethod
     def _split_tokens(cls, value: object) -> object:
         if isinstance(value, str):

@@ -39,3 +39,19 @@ class StopReason(StrEnum):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     BUDGET = "budget"
+
+
+def run_outcome(
+    cancelled: bool, error: str | None, statuses: list[str], staged_ok: bool | None = None
+) -> RunStatus:
+    """A finished run's status from its sandboxes' (a staged run's: from its policies).
+    Pure: the run driver sets it, `simplectl verify` checks it."""
+    if cancelled:
+        return RunStatus.CANCELLED
+    if error and error.startswith("budget"):
+        return RunStatus.BUDGET_EXCEEDED
+    if staged_ok is not None:
+        return RunStatus.SUCCEEDED if staged_ok else RunStatus.FAILED
+    if statuses and all(s == SandboxStatus.SUCCEEDED for s in statuses):
+        return RunStatus.SUCCEEDED
+    return RunStatus.FAILED

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the SIMPLE images: simple-sandbox:latest and simple-controller:latest (`make images`).
+# Build the SIMPLE images: simple-sandbox and simple-controller, tagged latest, the chart's
+# appVersion and the package's version (`make images`).
 #
 # Usage: docker/build-images.sh [sandbox] [controller]    (default: both)
 #
@@ -22,6 +23,7 @@ cd "$ROOT"
 SANDBOX_TAG="${SANDBOX_TAG:-simple-sandbox:latest}"
 CONTROLLER_TAG="${CONTROLLER_TAG:-simple-controller:latest}"
 APP_VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/simple/Chart.yaml)"
+PACKAGE_VERSION="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' controller/__init__.py)"
 PY_VERSION="3.11"  # the images' Python: python:3.11-slim and Debian bookworm's python3
 if [[ -z "${PYTHON:-}" ]]; then
     if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
@@ -117,8 +119,10 @@ build_image() {
     log "docker build -f $dockerfile -t $tag (BASE_IMAGE=$BASE_IMAGE)"
     docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" -f "$dockerfile" -t "$tag" .
     new="$(docker image inspect -f '{{.Id}}' "$tag")"
-    # Also tagged with the chart's appVersion: what the Helm chart runs by default.
+    # Also tagged with the chart's appVersion (what the Helm chart runs by default) and
+    # the package's version (SIMPLE_DEFAULT_IMAGE's default: simple-sandbox:<version>).
     docker tag "$tag" "${tag%:*}:$APP_VERSION"
+    docker tag "$tag" "${tag%:*}:$PACKAGE_VERSION"
     # Drop the image this tag replaced (only ours, and only if nothing uses it).
     if [[ -n "$old" && "$old" != "$new" ]]; then
         docker image rm "$old" >/dev/null 2>&1 || true

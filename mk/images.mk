@@ -1,4 +1,5 @@
-# Container images: simple-sandbox:latest and simple-controller:latest.
+# Container images: simple-sandbox and simple-controller, tagged latest, the chart's
+# appVersion and the package's version (the default SIMPLE_DEFAULT_IMAGE).
 # Included from the top-level Makefile. BASE_IMAGE=... overrides the base image.
 
 .PHONY: images images-sandbox images-controller images-services

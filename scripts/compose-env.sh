@@ -52,7 +52,11 @@ s3_image="${SIMPLE_S3_IMAGE:-$(choose minio/minio:RELEASE.2025-04-22T22-12-26Z s
 
 secret() { python3 -c 'import secrets; print(secrets.token_urlsafe(32))'; }
 umask 077
-cat >"$file" <<ENV
+# A new file (mktemp: O_EXCL, 0600) next to the target, renamed over it: an existing file
+# never keeps its mode, and a symlink at $file is replaced, never followed.
+tmp="$(mktemp "$(dirname "$file")/.compose-env.XXXXXX")"
+trap 'rm -f "$tmp"' EXIT
+cat >"$tmp" <<ENV
 # Written by scripts/compose-env.sh; read by compose.yaml. Keep it secret.
 SIMPLE_API_TOKEN=$(secret)
 SIMPLE_POSTGRES_PASSWORD=$(secret)
@@ -61,5 +65,9 @@ SIMPLE_DOCKER_GID=$(stat -c %g "$socket")
 SIMPLE_PORT=$port
 SIMPLE_POSTGRES_IMAGE=$postgres_image
 SIMPLE_S3_IMAGE=$s3_image
+SIMPLE_SANDBOX_IMAGE=simple-sandbox:$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$ROOT/controller/__init__.py")
 ENV
+chmod 600 "$tmp"
+mv -f -T "$tmp" "$file"
+trap - EXIT
 log "wrote $file (API token: SIMPLE_API_TOKEN in it)"

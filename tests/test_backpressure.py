@@ -121,7 +121,9 @@ def test_a_database_outage_is_503_with_retry_after(tmp_path: Path) -> None:
     away = f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/nothing"
     controller = Controller(Settings(data_dir=tmp_path / "data", database_url=away))
     try:
-        with TestClient(create_app(controller, manage_lifecycle=False)) as http:
+        with TestClient(
+            create_app(controller, manage_lifecycle=False), base_url="http://127.0.0.1"
+        ) as http:
             for response in (http.get("/v1/runs"), http.post(
                     "/v1/sandboxes/sbx-1/events", headers={"Authorization": "Bearer t"},
                     json={"events": [{"id": "e1", "seq": 1, "type": "started",

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from controller.cli.embedded import EmbeddedServer
 from controller.cli.main import app
 from controller.db.engine import create_db_engine, upgrade
-from controller.db.schema import attempts, ledger, result_runs, runs
+from controller.db.schema import attempts, ledger, result_runs, result_steps, runs, sandboxes
 from controller.results.ledger import GENESIS, append_entry, attempt_record, entry_hash
 from controller.results.verify import verify_run
 from controller.settings import Settings
@@ -95,6 +95,8 @@ def test_ledger_chains_every_attempt_and_verify_names_each_tampering(
     for which in (1, 0, -1):
         _check_deleted_row(finished, which)
     _check_replaced_snapshot(finished)
+    _check_edited_statuses(finished)
+    _check_edited_steps(finished)
     assert _cli_verify(finished).exit_code == 0, "restored: it verifies again"
 
 
@@ -225,3 +227,49 @@ def test_concurrent_appends_never_fork_the_chain(database_url: str) -> None:
         assert row.prev_hash == prev, "two entries share a predecessor: the chain forked"
         assert row.entry_hash == entry_hash(row.seq, prev, json.loads(json.dumps(row.record)))
         prev = row.entry_hash
+
+
+def _check_edited_statuses(finished: dict[str, Any]) -> None:
+    """Issue 25, finding 7: the statuses the report shows are checked against the ledger."""
+    engine: Engine = finished["engine"]
+    run_id = finished["run"]["run_id"]
+    steady = next(e for e in finished["ledger"]["entries"]
+                  if e["record"]["template_id"] == "steady")
+    assert steady["record"]["sandbox_status"] == "succeeded"
+    assert len(steady["record"]["results_digest"]) == 64
+    the_run = runs.c.id == run_id
+    the_sandbox = sandboxes.c.id == steady["sandbox_id"]
+    for sandbox_status, run_status, named in (
+        ("failed", "succeeded", f"sandbox {steady['sandbox_id']} is 'failed' in the database, "
+         "the ledger recorded its attempt 1 ending it 'succeeded'"),
+        ("succeeded", "failed", "the run is 'failed' in the database, its sandboxes' "
+         "statuses make it 'succeeded'"),
+        ("failed", "failed", f"sandbox {steady['sandbox_id']} is 'failed'"),  # agreeing edits
+    ):
+        with engine.begin() as conn:
+            conn.execute(update(sandboxes).where(the_sandbox).values(status=sandbox_status))
+            conn.execute(update(runs).where(the_run).values(status=run_status))
+        result = _cli_verify(finished)
+        assert result.exit_code == 1, result.output
+        assert named in result.stdout, result.stdout
+    with engine.begin() as conn:
+        conn.execute(update(sandboxes).where(the_sandbox).values(status="succeeded"))
+        conn.execute(update(runs).where(the_run).values(status="succeeded"))
+    assert _verify(finished).ok
+
+
+def _check_edited_steps(finished: dict[str, Any]) -> None:
+    """A result step edited (no cost or token total changes): the results digest differs."""
+    engine: Engine = finished["engine"]
+    steady = next(e for e in finished["ledger"]["entries"]
+                  if e["record"]["template_id"] == "steady")
+    where = (result_steps.c.sandbox_id == steady["sandbox_id"]) & (result_steps.c.step == 1)
+    with engine.begin() as conn:
+        before = conn.execute(select(result_steps.c.failures).where(where)).scalar_one()
+        conn.execute(update(result_steps).where(where).values(failures=(before or 0) + 7))
+    verdict = _verify(finished)
+    assert not verdict.ok and verdict.problem is not None
+    assert "results_digest is" in verdict.problem, verdict.problem
+    with engine.begin() as conn:
+        conn.execute(update(result_steps).where(where).values(failures=before))
+    assert _verify(finished).ok

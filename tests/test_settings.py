@@ -16,6 +16,8 @@ from controller import settings as settings_module
 from controller.errors import ConfigError
 from controller.settings import Settings, load_settings
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def kubelet_secret_volume(root: Path, files: dict[str, str]) -> Path:
     """A directory laid out as the kubelet lays out a Secret volume."""
@@ -97,3 +99,35 @@ def test_a_secret_that_does_not_parse_is_named_but_not_shown(
         load_settings()
     assert "SIMPLE_PORT: Input should be a valid integer" in error.value.message
     assert "hunter2" not in str(error.value)
+
+
+def test_the_default_sandbox_image_is_this_versions_own_which_make_images_tags() -> None:
+    """Issue 25, finding 12: the default was `simple-sandbox:latest`, a moving tag (checkov
+    CKV_K8S_14 failed on every Job `simplectl run --backend kubernetes` made)."""
+    import subprocess
+
+    from controller import __version__
+
+    default = Settings.model_fields["default_image"].default
+    assert default == f"simple-sandbox:{__version__}" and not default.endswith(":latest")
+    script = (ROOT / "docker" / "build-images.sh").read_text()
+    [line] = [x for x in script.splitlines() if x.startswith("PACKAGE_VERSION=")]
+    found = subprocess.run(["bash", "-c", f'{line}; echo "$PACKAGE_VERSION"'], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert found == __version__
+    assert 'docker tag "$tag" "${tag%:*}:$PACKAGE_VERSION"' in script
+
+
+def test_the_jobs_of_a_kubernetes_dry_run_name_no_moving_tag() -> None:
+    """What checkov's CKV_K8S_14 checks on the quick suite's dry run: every Job's image
+    has a tag, and it is not :latest."""
+    from controller.catalog.templates import load_catalog
+    from controller.cli.dry_run import render_run
+    from controller.planning.model import PlanRequest
+
+    settings = Settings(backend="kubernetes", kubernetes_namespace="simple")
+    catalog = load_catalog([settings.builtin_catalog_dir])
+    jobs = render_run(catalog, PlanRequest(suites=("quick",)), settings)["objects"]
+    images = [c["image"] for job in jobs for c in job["spec"]["template"]["spec"]["containers"]]
+    assert len(images) == 7
+    assert all(":" in image and not image.endswith(":latest") for image in images), images

@@ -12,6 +12,7 @@ from controller import __version__
 from controller.api.body_guard import BodyGuard
 from controller.api.deps import attach
 from controller.api.errors import install_error_handlers
+from controller.api.hosts import HostGuard, allowed_hosts
 from controller.api.routes import (
     accounting,
     chat,
@@ -45,6 +46,10 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
         version=__version__,
         lifespan=lifespan,
         description="Runs simulation templates in parallel, one sandbox each.",
+        # FastAPI's /docs and /redoc load their scripts from a CDN, unpinned, on the
+        # dashboard's origin: not served. The schema is GET /openapi.json.
+        docs_url=None,
+        redoc_url=None,
     )
     attach(app, controller, create_principal(controller))
     app.add_middleware(RequestContextMiddleware)
@@ -52,14 +57,18 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access)
     for module in (*routers, pages, chat_panel):
         app.include_router(module.router)
-    app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens)
-    # Outermost: sizes and credentials are judged before anything reads a body.
+    sessions = app.state.sessions
+    app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens,
+                       sessions=sessions)
+    # Sizes and credentials are judged before anything reads a body; the Host even before.
     app.add_middleware(
         BodyGuard,
         settings=controller.settings,
         engine=lambda: controller.engine,
         routes=lambda: app.router.routes,
+        sessions=sessions,
     )
+    app.add_middleware(HostGuard, hosts=allowed_hosts(controller.settings))
 
     @app.exception_handler(access.LoginRequired)
     async def _login_required(_request: Request, exc: access.LoginRequired) -> RedirectResponse:

@@ -4,8 +4,8 @@ No FastAPI here: `deps` (the routes' dependencies), `body_guard` (before a body 
 read), the metrics route and the dashboard (`api.web`) all ask these same functions.
 Every comparison is constant-time, over every configured token.
 
-The dashboard's session cookie holds a one-way digest of the token it logged in with
-(never the token), so removing a token from SIMPLE_API_TOKENS ends its sessions too.
+The dashboard's sessions live in the database (`controller.api.sessions`); callers ask
+there whether a cookie is a live session and pass the answer in.
 """
 
 from __future__ import annotations
@@ -37,29 +37,14 @@ def token_listed(token: str, tokens: list[str]) -> bool:
     return matched
 
 
-def session_value(token: str) -> str:
-    """What the session cookie holds for a token: a one-way digest, useless as a bearer token."""
-    return hashlib.sha256(b"simple-dashboard-session\0" + token.encode()).hexdigest()
-
-
-def session_valid(value: str | None, tokens: list[str]) -> bool:
-    """Whether a session cookie was made from one of `tokens`. Constant time over all."""
-    if not value or not tokens:
-        return False
-    given = value.encode()
-    matched = False
-    for token in tokens:
-        matched |= hmac.compare_digest(given, session_value(token).encode())
-    return matched
-
-
-def api_refusal(token: str, session: str | None, tokens: list[str]) -> Refusal | None:
-    """Why a caller with this bearer `token` ('' for none) or dashboard `session` may not
-    use the API, or None if it may. No tokens configured: everyone may (loopback only)."""
+def api_refusal(token: str, session_live: bool, tokens: list[str]) -> Refusal | None:
+    """Why a caller with this bearer `token` ('' for none), or a dashboard session that is
+    `session_live` (`controller.api.sessions`), may not use the API, or None if it may.
+    No tokens configured: everyone may (loopback only)."""
     if not tokens:
         return None
     if token:
         return None if token_listed(token, tokens) else Refusal("invalid API token", LISTED_HINT)
-    if session_valid(session, tokens):
+    if session_live:
         return None
     return Refusal("this API needs a token", TOKEN_HINT)

@@ -28,6 +28,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from controller.api.auth import SESSION_COOKIE, Refusal, api_refusal
+from controller.api.sessions import Sessions
 from controller.db.schema import sandboxes
 from controller.intake.ingest import DATABASE_RETRY_AFTER_S
 from controller.intake.tokens import TokenHolder, token_holder
@@ -76,8 +77,10 @@ class BodyGuard:
         settings: Settings,
         engine: Callable[[], Engine],
         routes: Callable[[], list[BaseRoute]],
+        sessions: Sessions,
     ) -> None:
         self.app, self.settings, self.engine, self.routes = app, settings, engine, routes
+        self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -120,8 +123,12 @@ class BodyGuard:
         token = _bearer(headers.get("authorization", ""))
         found = EVENTS_PATH.match(path)
         if not found:
+            tokens = self.settings.api_tokens
             cookie = _cookie(headers, SESSION_COOKIE)
-            return api_refusal(token, cookie, self.settings.api_tokens)
+            live = bool(tokens and cookie and not token) and await asyncio.to_thread(
+                self.sessions.live, cookie
+            )
+            return api_refusal(token, live, tokens)
         if not token:
             return Refusal("missing sandbox token", SANDBOX_TOKEN_HINT)
         attempt = await asyncio.to_thread(self._sandbox_attempt, found.group(1), token)

@@ -17,6 +17,8 @@ from starlette.requests import HTTPConnection
 from controller.api.auth import SESSION_COOKIE, api_refusal, token_listed
 from controller.api.body_guard import ATTEMPT_KEY
 from controller.api.log_follow import FollowerSlots
+from controller.api.sessions import LoginThrottle, Sessions
+from controller.api.sockets import UNAUTHENTICATED_SOCKETS_MAX, SocketSlots
 from controller.errors import UnauthorizedError
 from controller.intake.event_intake import EventIntake
 from controller.intake.tokens import Signer
@@ -32,6 +34,9 @@ def attach(app: FastAPI, controller: Controller, principal: Principal) -> None:
     app.state.log_followers = FollowerSlots(
         settings.log_followers_per_sandbox, settings.log_followers_total
     )
+    app.state.unauthenticated_sockets = SocketSlots(UNAUTHENTICATED_SOCKETS_MAX)
+    app.state.sessions = Sessions(lambda: controller.engine, lambda: settings.api_tokens)
+    app.state.login_throttle = LoginThrottle()
 
 
 def get_controller(connection: HTTPConnection) -> Controller:
@@ -48,6 +53,22 @@ def get_principal(connection: HTTPConnection) -> Principal:
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def get_sessions(connection: HTTPConnection) -> Sessions:
+    found: Sessions = connection.app.state.sessions
+    return found
+
+
+SessionsDep = Annotated[Sessions, Depends(get_sessions)]
+
+
+def get_login_throttle(connection: HTTPConnection) -> LoginThrottle:
+    throttle: LoginThrottle = connection.app.state.login_throttle
+    return throttle
+
+
+LoginThrottleDep = Annotated[LoginThrottle, Depends(get_login_throttle)]
 
 
 def get_follower_slots(connection: HTTPConnection) -> FollowerSlots:
@@ -98,13 +119,16 @@ SessionCookie = Annotated[str | None, Cookie(alias=SESSION_COOKIE, include_in_sc
 
 def require_api_token(
     controller: ControllerDep,
+    sessions: SessionsDep,
     credentials: BearerCredentials = None,
     session: SessionCookie = None,
 ) -> None:
     """Every /v1 route but sandbox events needs a token from SIMPLE_API_TOKENS, if any are set
-    (or the dashboard's session cookie, whose state changes CsrfGuard checks)."""
+    (or a live dashboard session, whose state changes CsrfGuard checks)."""
+    tokens = controller.settings.api_tokens
     token = credentials.credentials.strip() if credentials else ""
-    refusal = api_refusal(token, session, controller.settings.api_tokens)
+    live = bool(tokens) and not token and sessions.live(session)
+    refusal = api_refusal(token, live, tokens)
     if refusal is not None:
         raise UnauthorizedError(refusal.message, hint=refusal.hint)
 

@@ -69,7 +69,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        hint = "see GET /docs for the API" if exc.status_code in (404, 405) else None
+        hint = "see GET /openapi.json for the API" if exc.status_code in (404, 405) else None
         headers = dict(exc.headers or {})
         if exc.status_code == 405:  # every method the path has, not only the first route's
             allowed = _allowed_methods(app, request.url.path)

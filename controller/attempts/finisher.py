@@ -21,7 +21,7 @@ from controller.errors import SimpleError, SnapshotRejected, StoreError
 from controller.intake.aggregator import load_snapshot, read_snapshot
 from controller.logs import log_context
 from controller.results.estimates import record_observation
-from controller.results.ledger import append_entry, attempt_record
+from controller.results.ledger import append_entry, attempt_record, results_digest
 from controller.retry import backoff_s
 from controller.settings import Settings
 from controller.states import SandboxStatus
@@ -247,11 +247,14 @@ def _record(engine: Engine, row: Any, ended: Ended, rows: Any, now: datetime) ->
         )
         if rows is not None:
             load_snapshot(conn, row.run_id, row.id, rows)
-        _chain(conn, row, ended, cost, tokens, now)
+        _chain(conn, row, ended, cost, tokens, now, aggregated=rows is not None)
     return True
 
 
-def _chain(conn: Any, row: Any, ended: Ended, cost: float, tokens: int, now: datetime) -> None:
+def _chain(
+    conn: Any, row: Any, ended: Ended, cost: float, tokens: int, now: datetime,
+    aggregated: bool,
+) -> None:
     """The attempt's ledger entry, and for a sandbox's last attempt its observation."""
     record = attempt_record(
         sandbox_id=row.id,
@@ -263,6 +266,8 @@ def _chain(conn: Any, row: Any, ended: Ended, cost: float, tokens: int, now: dat
         tokens=tokens,
         snapshot_sha256=ended.digest[0] if ended.digest else None,
         snapshot_bytes=ended.digest[1] if ended.digest else None,
+        sandbox_status=ended.values.get("status") if ended.final else None,
+        results_digest=results_digest(conn, row.id) if aggregated else None,
     )
     append_entry(conn, row.run_id, record, now)
     if ended.final:

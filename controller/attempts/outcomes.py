@@ -9,7 +9,9 @@ from typing import Any
 
 from controller.attempts.finisher import Outcome
 from controller.backends.base import Observed
-from controller.states import RunStatus, SandboxStatus, StopReason
+from controller.states import SandboxStatus, StopReason, run_outcome
+
+__all__ = ["classify", "exit_outcome", "run_outcome"]
 
 
 def exit_outcome(row: Any, seen: Observed) -> Outcome:
@@ -42,18 +44,3 @@ def classify(row: Any, seen: Observed) -> Outcome:
         return Outcome(SandboxStatus.FAILED, seen.exit_code, seen.reason)
     error = row.error or f"exited with code {seen.exit_code}"
     return Outcome(SandboxStatus.FAILED, seen.exit_code, error, transient=bool(row.transient))
-
-
-def run_outcome(
-    cancelled: bool, error: str | None, statuses: list[str], staged_ok: bool | None = None
-) -> RunStatus:
-    """A finished run's status from its sandboxes' (a staged run's: from its policies)."""
-    if cancelled:
-        return RunStatus.CANCELLED
-    if error and error.startswith("budget"):
-        return RunStatus.BUDGET_EXCEEDED
-    if staged_ok is not None:
-        return RunStatus.SUCCEEDED if staged_ok else RunStatus.FAILED
-    if statuses and all(s == SandboxStatus.SUCCEEDED for s in statuses):
-        return RunStatus.SUCCEEDED
-    return RunStatus.FAILED

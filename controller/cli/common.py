@@ -43,8 +43,47 @@ Server = Annotated[
         "--server", envvar="SIMPLE_SERVER", help="Controller URL; default: local embedded."
     ),
 ]
+TOKEN_ON_COMMAND_LINE = (
+    "warning: --token puts the token in this command line, which every local user (and "
+    "every process sandbox) can read in /proc/<pid>/cmdline; use SIMPLE_TOKEN, "
+    "SIMPLE_TOKEN_FILE or --token-file instead"
+)
+
+
+def _warn_on_command_line(ctx: typer.Context, param: typer.CallbackParam, value: str | None
+                          ) -> str | None:
+    """The --token callback: a token given on the command line works, with a warning."""
+    source = ctx.get_parameter_source(param.name) if param.name else None
+    if value and getattr(source, "name", None) == "COMMANDLINE":  # typer's own click
+        err.print(TOKEN_ON_COMMAND_LINE, highlight=False, soft_wrap=True)
+    return value
+
+
+def read_token_file(path: Path) -> str:
+    """The token in a file (its first line), e.g. a mounted Secret or a 0600 file."""
+    try:
+        token = path.read_text().strip().splitlines()
+    except OSError as e:
+        raise fail(f"cannot read the token file {path}: {e.strerror or e}") from None
+    if not token or not token[0].strip():
+        raise fail(f"the token file {path} is empty")
+    return token[0].strip()
+
+
 Token = Annotated[
-    str | None, typer.Option("--token", envvar="SIMPLE_TOKEN", help="API token for --server.")
+    str | None,
+    typer.Option(
+        "--token", envvar="SIMPLE_TOKEN", callback=_warn_on_command_line,
+        help="API token for --server (prefer SIMPLE_TOKEN or --token-file: a command line "
+        "is readable by every local user).",
+    ),
+]
+TokenFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--token-file", envvar="SIMPLE_TOKEN_FILE",
+        help="File holding the API token for --server (first line).",
+    ),
 ]
 Catalogs = Annotated[
     list[Path] | None, typer.Option("--catalog", help="Extra catalog dir (repeatable).")

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp
 
 from controller.api.app import create_app
 from controller.api.listeners import SandboxOnlyAddresses
+from controller.api.sockets import WS_MAX_BYTES, WS_MAX_QUEUE
 from controller.backends.base import Backend
 from controller.db.engine import upgrade
 from controller.errors import UnavailableError
@@ -115,6 +116,8 @@ def serve_app(
         log_level=log_level,
         log_config=None,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        ws_max_size=WS_MAX_BYTES,  # every listener: see controller.api.sockets
+        ws_max_queue=WS_MAX_QUEUE,
     )
     uvicorn.Server(config).run(sockets=sockets)
 
@@ -171,6 +174,8 @@ class EmbeddedServer:
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            ws_max_size=WS_MAX_BYTES,  # every listener: see controller.api.sockets
+        ws_max_queue=WS_MAX_QUEUE,
         )
 
     def __enter__(self) -> EmbeddedServer:

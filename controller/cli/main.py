@@ -19,14 +19,18 @@ from controller.cli.common import (
     Exit,
     Server,
     Token,
+    TokenFile,
     Verbose,
     cli_settings,
     err,
     errors_to_exit,
     fail,
+    read_token_file,
     setup_logging,
 )
 from controller.cli.db import db_app
+
+MIN_TOKEN_CHARS = 32  # an API token shorter than this is refused at `serve`
 
 app = typer.Typer(
     help="SIMPLE: run simulation templates in parallel, one sandbox each.",
@@ -37,11 +41,15 @@ app = typer.Typer(
 
 
 @app.callback()
-def _global_options(server: Server = None, token: Token = None) -> None:
-    # `simplectl --server URL --token T run …` as well as `simplectl run --server URL …`:
+def _global_options(
+    server: Server = None, token: Token = None, token_file: TokenFile = None
+) -> None:
+    # `simplectl --server URL --token-file F run …` as well as `simplectl run --server URL …`:
     # the global options reach every command through the variables its options read.
     if server:
         os.environ["SIMPLE_SERVER"] = server
+    if token_file and not token:
+        token = read_token_file(token_file)
     if token:
         os.environ["SIMPLE_TOKEN"] = token
 
@@ -89,6 +97,22 @@ def serve(
         and not settings.allow_unauthenticated
     ):
         raise fail(f"refusing to serve on {settings.host} without API tokens", Exit.USAGE) from None
+    short = [i for i, token in enumerate(settings.api_tokens, 1) if len(token) < MIN_TOKEN_CHARS]
+    if short:
+        raise fail(
+            f"refusing to serve: SIMPLE_API_TOKENS has {len(short)} token(s) shorter than "
+            f"{MIN_TOKEN_CHARS} characters (number {', '.join(map(str, short))} in the list); "
+            "make each one long and random, e.g. `python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'`",
+            Exit.USAGE,
+        ) from None
+    if settings.host in ("0.0.0.0", "::") and not settings.allowed_hosts:
+        err.print(
+            f"note: listening on {settings.host}, but answering only the loopback names and "
+            f"{settings.resolved_controller_url}'s host (400 for others, against DNS "
+            "rebinding); add the names clients use to SIMPLE_ALLOWED_HOSTS",
+            highlight=False,
+        )
     if not settings.api_tokens:
         err.print(
             "warning: no SIMPLE_API_TOKENS: any process on this machine can use the API, "

@@ -243,3 +243,16 @@ schema_compat = Table(
     Column("readable_from", String(64), nullable=False),
     Column("written_at", UTCDateTime(), nullable=False),
 )
+
+# The dashboard's sessions (0017): the cookie holds a random value; only its SHA-256 is
+# kept, with the digest of the API token it logged in with (a token removed from
+# SIMPLE_API_TOKENS ends its sessions), an expiry, and the logout that revoked it.
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", String(64), primary_key=True),  # sha256 of the cookie's value
+    Column("token_sha256", String(64), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False, index=True),
+    Column("revoked_at", UTCDateTime()),
+)

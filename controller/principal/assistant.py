@@ -5,8 +5,10 @@ With it, each new request goes to the model first; a tool call it proposes
 (`plan`, `start`, `status`, `cancel`) is checked and carried out by the same
 planner, budget checks and confirmations as typed words: unknown templates are
 refused by the catalog, a budget above the one the user stated is refused, a
-start above the threshold waits for the user's "yes" (never the model's), and a
-cancel always asks. Confirmations and choice picks never go to the model. If
+start waits for the user's "yes" whatever its cost (never the model's; the user's
+`confirm` flag covers it only when the user's own words asked for that run), and a
+cancel always asks. Confirmations and choice picks never go to the model. Text that
+sandboxes wrote reaches the model only as quoted, untrusted data (`untrusted`). If
 the model fails, times out or answers nonsense, the deterministic answer is used.
 """
 
@@ -20,9 +22,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from controller.errors import InputError, SimpleError
 from controller.language.grammar import read_request
 from controller.planning.model import PlanRequest, Priority
+from controller.planning.plan import plan
 from controller.principal import questions
 from controller.principal.conversation import Conversation, Principal
 from controller.principal.llm import Completion, LLMClient, LLMError, ToolCall
+from controller.principal.untrusted import data_block, for_model
 
 if TYPE_CHECKING:
     from controller.service import Controller
@@ -99,7 +103,10 @@ class AssistedPrincipal(Principal):
             question = questions.recognise(self.controller.catalog, args.question or text)
             return self.ask(conversation, question or questions.Question("status"), False)
         if call.name == "cancel":
-            return self.ask_cancel(conversation, args.run_id, False)
+            reply = self.ask_cancel(conversation, args.run_id, False)
+            if conversation.pending is not None:
+                conversation.pending.by_model = True
+            return reply
         if call.name not in ("plan", "start"):
             raise InputError(f"unknown tool {call.name!r}", hint="plan, start, status, cancel")
         limit = self.user_budget(conversation, text)
@@ -113,7 +120,22 @@ class AssistedPrincipal(Principal):
             budget_usd=args.budget_usd, priority=args.priority,
             max_parallel=args.max_parallel,
         )
-        return self.propose(conversation, request, call.name == "start", confirm, text, limit)
+        confirmed = confirm and self.user_asked_for(text, request)
+        return self.propose(conversation, request, call.name == "start", confirmed, text, limit,
+                            by_model=True)
+
+    def user_asked_for(self, text: str, request: PlanRequest) -> bool:
+        """Whether the user's own words, read without the model, ask to run at least what
+        the model's `request` would run, at its cost or more: only then does the user's
+        `confirm` (`simplectl ask --yes`) cover the model's proposal."""
+        catalog = self.controller.catalog
+        reading = read_request(catalog, text)
+        if reading.intent != "run" or reading.choices:
+            return False
+        theirs, proposed = plan(catalog, PlanRequest(query=text)), plan(catalog, request)
+        return set(proposed.selected) <= set(theirs.selected) and (
+            proposed.estimated_cost_usd[1] <= theirs.estimated_cost_usd[1]
+        )
 
     def user_budget(self, conversation: Conversation, text: str) -> float | None:
         """The lowest budget the user stated in this conversation, in their own words."""
@@ -142,7 +164,8 @@ class AssistedPrincipal(Principal):
             "and the user's budget and asks the user to confirm costly runs; you cannot "
             f"confirm for the user. Suites: {suites}."
         )
-        return [{"role": "system", "content": system}, *conversation.history[-HISTORY_SENT:]]
+        turns, pieces = for_model(conversation.history[-HISTORY_SENT:])
+        return [{"role": "system", "content": system + data_block(pieces)}, *turns]
 
 
 def _money(value: float | None) -> str:

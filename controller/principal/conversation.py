@@ -50,6 +50,7 @@ class Pending:
     request: PlanRequest | None = None
     run_id: str | None = None
     text: str = ""
+    by_model: bool = False  # a model proposed it: only the user's own "yes" confirms it
 
 
 @dataclass
@@ -79,9 +80,17 @@ class Conversation:
         action, or a pick while it offers choices. The principal's own rules answer these,
         never a model."""
         lowered = text.lower()
-        if self.pending and (confirm or YES.match(lowered) or NO.match(lowered)):
+        if self.confirms(text, confirm) or (self.pending and NO.match(lowered)):
             return True
         return bool(PICK.match(lowered) and self.choices)
+
+    def confirms(self, text: str, confirm: bool) -> bool:
+        """Whether this turn says yes to the pending action. `confirm` (the API's flag,
+        `simplectl ask --yes`) confirms only what the user's own words asked for, never
+        what a model proposed: that takes the user's "yes" in words."""
+        if self.pending is None:
+            return False
+        return bool(YES.match(text.lower())) or (confirm and not self.pending.by_model)
 
 
 class Conversations:
@@ -154,7 +163,7 @@ class Principal:
         return reply
 
     def respond(self, conversation: Conversation, text: str, confirm: bool) -> dict[str, Any]:
-        if conversation.pending and (confirm or YES.match(text.lower())):
+        if conversation.confirms(text, confirm):
             return self.carry_out(conversation)
         if conversation.pending and NO.match(text.lower()):
             conversation.pending = None
@@ -208,14 +217,18 @@ class Principal:
 
     def propose(
         self, conversation: Conversation, request: PlanRequest, start: bool, confirm: bool,
-        text: str, limit_usd: float | None = None,
+        text: str, limit_usd: float | None = None, by_model: bool = False,
     ) -> dict[str, Any]:
-        """Plan; start it when asked to and safe, else wait for a yes."""
+        """Plan; start it when asked to and safe, else wait for a yes. A model's proposal
+        (`by_model`) always waits, whatever its cost, unless `confirm` was checked against
+        the user's own words by the caller."""
         the_plan = plan(self.controller.catalog, request)
         reasons = self.confirmation_reasons(the_plan, limit_usd)
+        if by_model and not confirm:
+            reasons.append("The model proposed it: say yes to start it.")
         if start and (confirm or not reasons):
             return self.start(conversation, request, the_plan, text)
-        conversation.pending = Pending("start", request=request, text=text)
+        conversation.pending = Pending("start", request=request, text=text, by_model=by_model)
         why = (" " + " ".join(reasons)) if reasons else ""
         return {
             "kind": "confirm" if start else "plan",

@@ -16,6 +16,7 @@ from sqlalchemy import Engine, select
 
 from controller.catalog.templates import Catalog
 from controller.db.schema import runs, sandboxes
+from controller.principal.untrusted import quoted
 from controller.states import FAILED_SANDBOX, SandboxStatus
 
 FINAL = frozenset({SandboxStatus.SUCCEEDED, *FAILED_SANDBOX})
@@ -205,4 +206,4 @@ def _runs(rows: Iterable[dict[str, Any]]) -> list[str]:
 
 
 def _error(row: dict[str, Any]) -> str:
-    return (row["error"] or "no error recorded")[:200]
+    return quoted(row["error"][:200]) if row["error"] else "no error recorded"

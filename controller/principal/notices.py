@@ -16,6 +16,7 @@ from sqlalchemy import Engine, func, select
 
 from controller.catalog.templates import Catalog
 from controller.db.schema import events, sandboxes
+from controller.principal.untrusted import quoted
 
 SLOW_FACTOR = 1.5
 REPEATED_ERRORS = 3
@@ -62,7 +63,7 @@ def _sandbox_notices(
     if error_count >= REPEATED_ERRORS or (row.attempt >= 2 and row.transient):
         found.append(("errors", f"{row.template_id} hit repeated transient errors "
                       f"({error_count} error events, attempt {row.attempt})"
-                      + (f": {row.error[:200]}" if row.error else "")))
+                      + (f": {quoted(row.error[:200])}" if row.error else "")))
     return [
         {"key": f"{kind}:{row.id}", "kind": kind, "run_id": row.run_id, "sandbox_id": row.id,
          "template_id": row.template_id, "message": message}

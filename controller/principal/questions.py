@@ -20,6 +20,7 @@ from controller.errors import NotFoundError
 from controller.language.questions import RUN_ID, Question, recognise
 from controller.principal import history
 from controller.principal.history import Answer
+from controller.principal.untrusted import quoted
 from controller.principal.waiting import answer_waiting
 from controller.runs import get_run, list_runs
 from controller.states import ACTIVE_RUN, FAILED_SANDBOX
@@ -125,7 +126,7 @@ def answer_failures(run: dict[str, Any], question: Question) -> Answer:
                       {"failed": [], "runs": [target]}, target)
     lines = [f"{len(failed)} of {len(run['sandboxes'])} failed in {target}:"]
     for s in failed[:20]:
-        error = (s["error"] or "no error recorded")[:300]
+        error = quoted(s["error"][:300]) if s["error"] else "no error recorded"
         lines.append(
             f"- {s['template_id']}: {s['status']} after {s['attempts']} attempt(s), "
             f"exit code {s['exit_code']}: {error}"
@@ -197,7 +198,7 @@ def _sandbox_line(catalog: Catalog, s: dict[str, Any]) -> str:
         end = datetime.fromisoformat(s["finished_at"]) if s["finished_at"] else datetime.now(UTC)
         elapsed = f", {minutes((end - datetime.fromisoformat(s['started_at'])).total_seconds())}"
         elapsed += " so far" if not s["finished_at"] else " in all"
-    error = f"; last error: {s['error'][:200]}" if s["error"] else ""
+    error = f"; last error: {quoted(s['error'][:200])}" if s["error"] else ""
     return (
         f"{s['template_id']} in {s['run_id']}: {s['status']}{step}, "
         f"${s['cost_usd']:,.2f} spent{estimate}{elapsed}, attempt {s['attempts']}{error}."

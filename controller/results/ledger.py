@@ -3,7 +3,9 @@
 Each entry hashes a canonical JSON of `{"seq", "prev", "record"}`, where
 `record` is what the database holds about the ended attempt (sandbox, template,
 attempt, state, exit code, cost, tokens, and the SHA-256 and size of its
-snapshot object as it was fetched), and `prev` is the previous entry's hash.
+snapshot object as it was fetched), the status its sandbox was left in, and a
+digest of the result rows and items it loaded (`results_digest`); `prev` is the
+previous entry's hash.
 Changing any recorded value, dropping an entry or replacing a snapshot object
 breaks the chain where it happened; `controller.results.verify` finds it.
 
@@ -21,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, bindparam, insert, select, update
 
-from controller.db.schema import ledger, runs
+from controller.db.schema import ledger, result_items, result_runs, result_steps, runs
 from controller.errors import NotFoundError
 
 GENESIS = "0" * 64
@@ -35,7 +37,11 @@ RECORD_FIELDS = (
     "tokens",
     "snapshot_sha256",
     "snapshot_bytes",
+    "sandbox_status",
+    "results_digest",
 )
+LEGACY_ABSENT = ("sandbox_status", "results_digest")
+"""Fields that entries written before 0017 do not have (their records are rebuilt without)."""
 
 
 def canonical_json(value: Any) -> str:
@@ -54,8 +60,11 @@ def attempt_record(
     tokens: int | None,
     snapshot_sha256: str | None,
     snapshot_bytes: int | None,
+    sandbox_status: str | None = None,
+    results_digest: str | None = None,
 ) -> dict[str, Any]:
-    """What an entry records about an ended attempt. Pure; numbers normalised."""
+    """What an entry records about an ended attempt. Pure; numbers normalised.
+    `sandbox_status`: what the attempt's end left its sandbox in (None before a retry)."""
     return {
         "sandbox_id": sandbox_id,
         "template_id": template_id,
@@ -66,7 +75,33 @@ def attempt_record(
         "tokens": int(tokens or 0),
         "snapshot_sha256": snapshot_sha256,
         "snapshot_bytes": None if snapshot_bytes is None else int(snapshot_bytes),
+        "sandbox_status": None if sandbox_status is None else str(sandbox_status),
+        "results_digest": results_digest,
     }
+
+
+def results_digest(conn: Connection, sandbox_id: str) -> str | None:
+    """SHA-256 over the sandbox's aggregated result rows, steps and items, in key order,
+    numbers normalised (the same on SQLite and PostgreSQL); None when it has none."""
+    digest, found = hashlib.sha256(), False
+    for table, order in (
+        (result_runs, (result_runs.c.snapshot_run_id,)),
+        (result_steps, (result_steps.c.snapshot_run_id, result_steps.c.step)),
+        (result_items, (result_items.c.item_id,)),
+    ):
+        columns = [c for c in table.c if c.name not in ("sandbox_id", "run_id")]
+        query = select(*columns).where(table.c.sandbox_id == sandbox_id).order_by(*order)
+        digest.update(f"\0{table.name}\0".encode())
+        for row in conn.execute(query):
+            found = True
+            digest.update(canonical_json([_plain(v) for v in row]).encode() + b"\n")
+    return digest.hexdigest() if found else None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 9)
+    return value
 
 
 def entry_hash(seq: int, prev_hash: str, record: dict[str, Any]) -> str:

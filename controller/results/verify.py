@@ -1,10 +1,14 @@
 """`simplectl verify RUN`: recompute a run's ledger from the database and the store.
 
 Each entry's record is rebuilt from the database as it is now (the attempt's
-row, its sandbox's template, and for an aggregated attempt the result rows),
-hashed with the previous entry's hash, and compared with the stored hash; each
-snapshot the ledger recorded is fetched and re-hashed. Every attempt that
-ended must have its entry. The first thing that does not match is named.
+row, its sandbox's template, and for an aggregated attempt the result rows and
+their digest), hashed with the previous entry's hash, and compared with the
+stored hash; each snapshot the ledger recorded is fetched and re-hashed. Every
+attempt that ended must have its entry. Then what the report shows is checked
+against the entries: each sandbox's status against the one its last attempt's
+entry recorded (none records "succeeded": it is not), and a finished run's
+status against its sandboxes' (flat runs; a staged run's follows its policies).
+The first thing that does not match is named.
 """
 
 from __future__ import annotations
@@ -17,8 +21,15 @@ from sqlalchemy import Connection, Engine, func, select
 
 from controller.db.schema import attempts, ledger, result_runs, runs, sandboxes
 from controller.errors import NotFoundError, SimpleError
-from controller.results.ledger import GENESIS, RECORD_FIELDS, attempt_record, entry_hash
-from controller.states import SandboxStatus
+from controller.results.ledger import (
+    GENESIS,
+    LEGACY_ABSENT,
+    RECORD_FIELDS,
+    attempt_record,
+    entry_hash,
+    results_digest,
+)
+from controller.states import ACTIVE_RUN, ACTIVE_SANDBOX, SandboxStatus, run_outcome
 from controller.store.base import ObjectStore, snapshot_key
 
 
@@ -63,6 +74,7 @@ def verify_run(engine: Engine, store: ObjectStore, run_id: str, max_bytes: int) 
     try:
         checked = _check_chain(entries, database, store, run_id, max_bytes)
         _check_complete(entries, database)
+        _check_statuses(entries, database)
     except _Mismatch as e:
         return Verdict(run_id, len(entries), checked, head, str(e))
     return Verdict(run_id, len(entries), checked, head)
@@ -92,11 +104,29 @@ def _database_view(conn: Connection, run_id: str) -> dict[str, Any]:
             .group_by(result_runs.c.sandbox_id)
         )
     }
-    return {"attempts": {(r.sandbox_id, r.attempt): r for r in rows}, "results": results}
+    digests = {
+        r.sandbox_id: results_digest(conn, r.sandbox_id)
+        for r in rows
+        if r.aggregated and r.latest_attempt == r.attempt
+    }
+    run = conn.execute(
+        select(runs.c.status, runs.c.cancel_requested, runs.c.error, runs.c.plan)
+        .where(runs.c.id == run_id)
+    ).one()
+    members = conn.execute(
+        select(sandboxes.c.id, sandboxes.c.status, sandboxes.c.attempt)
+        .where(sandboxes.c.run_id == run_id)
+    ).all()
+    return {"attempts": {(r.sandbox_id, r.attempt): r for r in rows}, "results": results,
+            "digests": digests, "run": run, "sandboxes": members}
 
 
-def _record_now(row: Any) -> dict[str, Any]:
-    return attempt_record(
+def _record_now(row: Any, stored: dict[str, Any], digests: dict[str, str | None]) -> dict[str, Any]:
+    """The entry's record as the database says now. The sandbox status it recorded is
+    checked against the sandbox in `_check_statuses`; the results digest is recomputed
+    for the sandbox's aggregated last attempt (an earlier one's rows were replaced)."""
+    latest = row.aggregated and row.latest_attempt == row.attempt
+    record = attempt_record(
         sandbox_id=row.sandbox_id,
         template_id=row.template_id,
         attempt=row.attempt,
@@ -106,7 +136,13 @@ def _record_now(row: Any) -> dict[str, Any]:
         tokens=row.tokens,
         snapshot_sha256=row.snapshot_sha256,
         snapshot_bytes=row.snapshot_bytes,
+        sandbox_status=stored.get("sandbox_status"),
+        results_digest=digests.get(row.sandbox_id) if latest else stored.get("results_digest"),
     )
+    for field in LEGACY_ABSENT:  # an entry written before these were recorded
+        if field not in stored:
+            del record[field]
+    return record
 
 
 def _check_chain(
@@ -125,7 +161,7 @@ def _check_chain(
         row = database["attempts"].get((entry.sandbox_id, entry.attempt))
         if row is None:
             raise _Mismatch(f"{name}: the attempt is not in the database")
-        record = _record_now(row)
+        record = _record_now(row, dict(entry.record or {}), database["digests"])
         _check_results(name, row, record, database["results"])
         if entry_hash(entry.seq, prev, record) != entry.entry_hash:
             raise _Mismatch(f"{name}: {_difference(entry, record, prev)}")
@@ -198,3 +234,38 @@ def _check_complete(entries: list[Any], database: dict[str, Any]) -> None:
                 f"{row.sandbox_id} ended ({row.status}) but has no ledger entry "
                 "(a ledger row was deleted)"
             )
+
+
+def _check_statuses(entries: list[Any], database: dict[str, Any]) -> None:
+    """Each sandbox's status against its last attempt's entry; a finished run's status
+    against its sandboxes' (what the report shows, so an edit of it is found)."""
+    ended = {
+        (e.sandbox_id, e.attempt): (e.record or {}).get("sandbox_status") for e in entries
+    }
+    legacy = any("sandbox_status" not in (e.record or {}) for e in entries)
+    for sandbox in database["sandboxes"]:
+        recorded = ended.get((sandbox.id, sandbox.attempt))
+        if recorded is not None and sandbox.status != recorded:
+            raise _Mismatch(
+                f"sandbox {sandbox.id} is {sandbox.status!r} in the database, the ledger "
+                f"recorded its attempt {sandbox.attempt} ending it {recorded!r}"
+            )
+        if recorded is None and sandbox.status == SandboxStatus.SUCCEEDED and not legacy:
+            raise _Mismatch(
+                f"sandbox {sandbox.id} is 'succeeded' in the database, but no ledger entry "
+                "records an attempt ending it so"
+            )
+    run = database["run"]
+    statuses = [str(s.status) for s in database["sandboxes"]]
+    if run.status in ACTIVE_RUN:
+        return
+    if any(s in ACTIVE_SANDBOX for s in statuses):
+        raise _Mismatch(f"the run is {run.status!r} but a sandbox of it is still active")
+    if (run.plan or {}).get("stages"):
+        return  # a staged run's status follows its stages' policies (the run driver's)
+    expected = run_outcome(bool(run.cancel_requested), run.error, statuses)
+    if run.status != expected:
+        raise _Mismatch(
+            f"the run is {run.status!r} in the database, its sandboxes' statuses make it "
+            f"{expected.value!r}"
+        )

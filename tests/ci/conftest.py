@@ -158,8 +158,13 @@ class Served:
         return httpx.Client(base_url=self.url, headers=self.headers, timeout=30)
 
     def remote(self, *args: str) -> list[str]:
-        """ARGS plus `--server URL --token T`."""
-        return [*args, "--server", self.url, "--token", self.token]
+        """`--server URL --token-file F` (the token in a 0600 file, never on a command
+        line: `--token` warns), then ARGS."""
+        token_file = self.log_path.with_name(f"token-{self.url.rsplit(':', 1)[1]}")
+        if not token_file.exists():
+            token_file.touch(mode=0o600)
+            token_file.write_text(self.token + "\n")
+        return ["--server", self.url, "--token-file", str(token_file), *args]
 
     def simplectl(
         self, *args: str, timeout: float = 90, env: dict[str, str] | None = None
@@ -267,7 +272,7 @@ def serve(settings: Settings, tmp_path: Path, ci_catalog: Path) -> Iterator[Serv
     catalog = ci_catalog
 
     def start(**extra_env: str) -> Served:
-        tokens = (f"ci-{secrets.token_hex(12)}", f"other-{secrets.token_hex(12)}")
+        tokens = (f"ci-{secrets.token_hex(16)}", f"other-{secrets.token_hex(16)}")
         port = free_port()
         log_path = tmp_path / f"serve-{port}.log"
         env = clean_env(

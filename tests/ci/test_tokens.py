@@ -108,8 +108,9 @@ def compare_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:
 
 def _check(tokens: list[str], given: str | None) -> None:
     controller: Any = SimpleNamespace(settings=SimpleNamespace(api_tokens=tokens))
+    no_sessions: Any = SimpleNamespace(live=lambda value: False)
     credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=given or "")
-    deps.require_api_token(controller, credentials if given else None)
+    deps.require_api_token(controller, no_sessions, credentials if given else None)
 
 
 def test_tokens_are_compared_with_hmac_compare_digest_against_every_token(

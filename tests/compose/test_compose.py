@@ -1,6 +1,6 @@
 """compose.yaml brings up every real part on one host: the controller (Docker backend
 through the socket), PostgreSQL and an S3 server. The quick suite run through it with
-`simplectl --server … --token …` leaves 7 snapshots in the bucket and 7 succeeded rows
+`SIMPLE_TOKEN=… simplectl --server …` leaves 7 snapshots in the bucket and 7 succeeded rows
 in PostgreSQL; `down` leaves nothing of the project, sandbox containers included.
 
 The project gets its own name, port and sandbox network; images are those of
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import shutil
 import subprocess
@@ -167,9 +168,10 @@ def test_compose_runs_quick_with_postgres_and_s3(stack: Stack) -> None:
     # the API needs the token from the env file
     assert httpx.get(f"{stack.url}/v1/runs", timeout=10).status_code == 401
     done = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "--server", stack.url, "--token", stack.token,
+        [sys.executable, "-m", "controller.cli", "--server", stack.url,
          "run", "quick", "--wait", "--json"],
         capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
+        env={**os.environ, "SIMPLE_TOKEN": stack.token},  # never on the command line
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     report = json.loads(done.stdout)

@@ -114,7 +114,9 @@ def test_migrations_apply_and_are_idempotent(pg_server_url: str) -> None:
 def test_readyz_says_not_migrated_until_db_upgrade(pg_server_url: str, tmp_path: Path) -> None:
     controller = Controller(Settings(data_dir=tmp_path / "data", database_url=pg_server_url))
     try:
-        with TestClient(create_app(controller, manage_lifecycle=False)) as http:
+        with TestClient(
+            create_app(controller, manage_lifecycle=False), base_url="http://127.0.0.1"
+        ) as http:
             response = http.get("/readyz")
             assert response.status_code == 503
             assert "not migrated" in response.json()["error"]["message"]
@@ -238,7 +240,9 @@ def test_concurrent_batches_are_stored_exactly_once(any_url: str, catalog: Catal
                                .status_code)
 
     try:
-        with TestClient(create_app(controller, manage_lifecycle=False)) as http:
+        with TestClient(
+            create_app(controller, manage_lifecycle=False), base_url="http://127.0.0.1"
+        ) as http:
             threads = [threading.Thread(target=send, args=(s, t, http))
                        for s, t in tokens.items()]
             for thread in threads:

@@ -201,9 +201,34 @@ MUTATIONS: dict[str, tuple[Mutation, str]] = {
     "automountServiceAccountToken unset": (
         lambda pod, c: pod.pop("automountServiceAccountToken"),
         "automountServiceAccountToken: false"),
+    # issue 25, finding 8
+    "another serviceAccountName": (lambda pod, c: pod.update(serviceAccountName="default"),
+                                   "the sandbox service account"),
+    "serviceAccountName unset": (lambda pod, c: pod.pop("serviceAccountName"),
+                                 "the sandbox service account"),
+    "the deprecated serviceAccount field": (
+        lambda pod, c: pod.update(serviceAccount="simple"), "the sandbox service account"),
+    "a projected service-account token volume": (
+        lambda pod, c: pod["volumes"].append({"name": "token", "projected": {"sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}]}}),
+        "projected service-account token"),
+    "a hostPort": (
+        lambda pod, c: c.setdefault("ports", []).append(
+            {"containerPort": 8080, "hostPort": 8080}), "hostPort"),
+    "pod seccomp Unconfined": (
+        lambda pod, c: pod["securityContext"].update(seccompProfile={"type": "Unconfined"}),
+        "seccompProfile RuntimeDefault"),
+    "pod seccomp unset": (lambda pod, c: pod["securityContext"].pop("seccompProfile"),
+                          "seccompProfile RuntimeDefault"),
+    "container seccomp Unconfined": (
+        lambda pod, c: _context(c).update(seccompProfile={"type": "Unconfined"}),
+        "no container may set Unconfined"),
 }
 POD_LEVEL = {"pod runAsUser 0", "hostNetwork", "hostPID", "hostIPC", "a hostPath volume",
-             "automountServiceAccountToken true", "automountServiceAccountToken unset"}
+             "automountServiceAccountToken true", "automountServiceAccountToken unset",
+             "another serviceAccountName", "serviceAccountName unset",
+             "the deprecated serviceAccount field", "a projected service-account token volume",
+             "pod seccomp Unconfined", "pod seccomp unset"}
 WHERE = ("containers", "initContainers", "ephemeralContainers")
 CASES = [(name, where) for name in MUTATIONS
          for where in (("containers",) if name in POD_LEVEL else WHERE)]

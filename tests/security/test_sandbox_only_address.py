@@ -27,7 +27,10 @@ SANDBOX_SIDE = "127.0.0.2"
 @pytest.fixture
 def two_addresses(settings: Settings) -> Iterator[tuple[str, str]]:
     api_sock, sandbox_sock = bound_socket("127.0.0.1"), bound_socket(SANDBOX_SIDE)
-    controller = Controller(settings)
+    # As the embedded server does: sandboxes are told the sandbox-side address (it is
+    # then a Host name the controller answers to).
+    sandbox_url = f"http://{SANDBOX_SIDE}:{sandbox_sock.getsockname()[1]}"
+    controller = Controller(settings.model_copy(update={"controller_url": sandbox_url}))
     app = SandboxOnlyAddresses(create_app(controller), [SANDBOX_SIDE])
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [api_sock, sandbox_sock]},

@@ -8,6 +8,7 @@ hold up launches, timeouts or cancels of other sandboxes.
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,7 @@ import pytest
 
 from controller.errors import SnapshotRejected
 from controller.intake.aggregator import read_snapshot
+from controller.intake.snapshot_guard import open_under_budget
 from sandbox_image.contract import SNAPSHOT_SCHEMA_SQL
 from tests.ci.conftest import Served
 from tests.e2e_helpers import wait_for
@@ -219,3 +221,30 @@ def test_ending_an_attempt_never_runs_on_the_reconciler_pass(
     finally:
         release.set()
         controller.close()
+
+
+def test_the_guards_own_connection_refuses_schema_objects_calling_unsafe_functions(
+    tmp_path: Path,
+) -> None:
+    """Issue 25, finding 13: `PRAGMA trusted_schema=OFF` is a defence in depth behind the
+    schema allowlist, which rejects every hostile snapshot first, so no test noticed it
+    gone. Here the allowlist is out of the way: the file is opened through the guard's
+    own connection and a view that calls a function with side effects is read."""
+    path = tmp_path / "unsafe.sqlite"
+    with sqlite3.connect(path) as writer:
+        writer.execute("CREATE TABLE t (x INTEGER)")
+        writer.execute("INSERT INTO t VALUES (1)")
+        writer.execute("CREATE VIEW v AS SELECT side_effect(x) AS y FROM t")
+    writer.close()
+    calls: list[int] = []
+
+    def side_effect(value: int) -> int:  # not SQLITE_INNOCUOUS, as Python registers it
+        calls.append(value)
+        return value
+
+    with open_under_budget(str(path)) as conn:
+        conn.create_function("side_effect", 1, side_effect)
+        assert conn.execute("SELECT side_effect(2)").fetchone() == (2,)  # direct: allowed
+        with pytest.raises(sqlite3.OperationalError, match="unsafe use of side_effect"):
+            conn.execute("SELECT y FROM v").fetchall()
+    assert calls == [2], "the schema's view never ran the function"

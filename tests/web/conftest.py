@@ -94,10 +94,15 @@ def page_controller(
     made: list[tuple[Controller, TestClient]] = []
 
     def make(**update: Any) -> tuple[Controller, TestClient]:
-        changed = settings.model_copy(update={"catalog_dirs": [ci_catalog], **update})
+        # TestClient's Host is `testserver`: a name the controller answers only when told.
+        changed = settings.model_copy(
+            update={"catalog_dirs": [ci_catalog], "allowed_hosts": ["testserver"], **update}
+        )
         controller = Controller(changed)
         upgrade(controller.engine)
-        client = TestClient(create_app(controller, manage_lifecycle=False))
+        # https: the session cookie is Secure off loopback (TestClient's server is no IP)
+        client = TestClient(create_app(controller, manage_lifecycle=False),
+                             base_url="https://testserver")
         made.append((controller, client))
         return controller, client
 

@@ -2,9 +2,11 @@
 
 Both take the same API tokens as every /v1 route. A conversation belongs to the
 token that opened it. The WebSocket takes the token from the `Authorization`
-header, or (for browsers, which cannot set headers) from a first message
-`{"token": "…"}`; it answers each `{"message": …}` with a `reply`, and pushes a
-`notice` whenever a run the conversation follows needs attention.
+header or the dashboard's session cookie, both checked before the handshake is
+accepted (a wrong one: 403); or (for browsers, which cannot set headers) from a
+first message `{"token": "…"}`, which only a few sockets at a time may wait to
+send (`controller.api.sockets`). It answers each `{"message": …}` with a `reply`,
+and pushes a `notice` whenever a run the conversation follows needs attention.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.websockets import WebSocketState
 
+from controller.api.auth import SESSION_COOKIE
 from controller.api.deps import (
     Authorized,
     BearerCredentials,
@@ -27,13 +31,16 @@ from controller.api.deps import (
     token_is_valid,
 )
 from controller.api.responses import ChoicePublic, Interpretation, error_responses
+from controller.api.sockets import SocketSlots
 from controller.errors import SimpleError
 from controller.principal.conversation import Principal
+from controller.service import Controller
 
 router = APIRouter(prefix="/v1/chat", tags=["chat"])
 
 MAX_MESSAGE_BYTES = 8192
 NOTICE_EVERY_S = 2.0
+TOKEN_WAIT_S = 10.0
 
 
 class ChatTurn(BaseModel):
@@ -96,25 +103,54 @@ async def chat_ws(
     websocket: WebSocket, controller: ControllerDep, principal: PrincipalDep
 ) -> None:
     """The same turns over a WebSocket, with notices pushed as they arise."""
-    await websocket.accept()
+    tokens = controller.settings.api_tokens
     token = _header_token(websocket)
+    session = websocket.cookies.get(SESSION_COOKIE)
+    if token is not None and not token_is_valid(token, controller):
+        await websocket.close(code=4401)  # before accept: the handshake is answered 403
+        return
+    if token is not None or not tokens:
+        owner = _owner(token)
+    elif session and await asyncio.to_thread(websocket.app.state.sessions.live, session):
+        owner = _owner("session:" + session)
+    else:
+        found = await _token_before_talk(websocket, controller)
+        if found is None:
+            return
+        owner = _owner(found)
+    if websocket.client_state is WebSocketState.CONNECTING:
+        await websocket.accept()
     inbox: asyncio.Queue[str | None] = asyncio.Queue(maxsize=8)
     reader = asyncio.create_task(_read(websocket, inbox))
     try:
-        if controller.settings.api_tokens and not token_is_valid(token, controller):
-            token = await _token_message(inbox)
-            if not token_is_valid(token, controller):
-                await _send(websocket, {"type": "error", "error": {
-                    "code": "unauthorized", "message": "this API needs a valid token",
-                    "hint": "send `Authorization: Bearer <token>` or a first message "
-                    '{"token": "<token>"}'}})
-                await websocket.close(code=4401)
-                return
-        await _converse(websocket, inbox, principal, _owner(token))
+        await _converse(websocket, inbox, principal, owner)
     finally:
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await reader
+
+
+async def _token_before_talk(websocket: WebSocket, controller: Controller) -> str | None:
+    """A browser's token from its first message, on one of the few slots for sockets
+    without credentials (none free: refused before accept). None: refused and closed."""
+    slots: SocketSlots = websocket.app.state.unauthenticated_sockets
+    if not slots.take():
+        await websocket.close(code=1013)  # before accept: 403
+        return None
+    try:
+        await websocket.accept()
+        token = await _token_message(websocket)
+    finally:
+        slots.give_back()
+    if token_is_valid(token, controller):
+        return token
+    await _send(websocket, {"type": "error", "error": {
+        "code": "unauthorized", "message": "this API needs a valid token",
+        "hint": "send `Authorization: Bearer <token>` or a first message "
+        '{"token": "<token>"}'}})
+    with contextlib.suppress(RuntimeError):
+        await websocket.close(code=4401)
+    return None
 
 
 async def _converse(
@@ -166,11 +202,11 @@ async def _read(websocket: WebSocket, inbox: asyncio.Queue[str | None]) -> None:
     await inbox.put(None)
 
 
-async def _token_message(inbox: asyncio.Queue[str | None]) -> str | None:
+async def _token_message(websocket: WebSocket) -> str | None:
     try:
-        raw = await asyncio.wait_for(inbox.get(), 10)
-        token = _object(raw or "").get("token") if raw else None
-    except (TimeoutError, ValueError):
+        raw = await asyncio.wait_for(websocket.receive_text(), TOKEN_WAIT_S)
+        token = _object(raw).get("token") if len(raw) <= MAX_MESSAGE_BYTES else None
+    except (TimeoutError, ValueError, WebSocketDisconnect, RuntimeError, KeyError):
         return None
     return token if isinstance(token, str) else None
 

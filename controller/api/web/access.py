@@ -3,6 +3,8 @@ and the static files (served here, behind the session, not by a public mount).""
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated
@@ -11,16 +13,17 @@ from urllib.parse import parse_qs, quote
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import RedirectResponse
 
-from controller.api.auth import SESSION_COOKIE, session_valid, session_value, token_listed
-from controller.api.deps import ControllerDep
+from controller.api.auth import SESSION_COOKIE, token_listed
+from controller.api.deps import ControllerDep, LoginThrottleDep, SessionsDep
+from controller.api.sessions import SESSION_MAX_AGE_S
 from controller.api.web.render import login_page
-from controller.api.web.security import (
-    SECURITY_HEADERS,
-    SESSION_MAX_AGE_S,
-    csrf_token,
-    safe_next,
+from controller.api.web.security import SECURITY_HEADERS, csrf_token, safe_next
+from controller.errors import (
+    NotFoundError,
+    PayloadTooLargeError,
+    QuotaExceededError,
+    UnauthorizedError,
 )
-from controller.errors import NotFoundError, PayloadTooLargeError, UnauthorizedError
 
 router = APIRouter(include_in_schema=False)
 
@@ -49,12 +52,12 @@ class Viewer:
     login: bool
 
 
-def _viewer(request: Request, controller: ControllerDep) -> Viewer | None:
+def _viewer(request: Request, controller: ControllerDep, sessions: SessionsDep) -> Viewer | None:
     tokens = controller.settings.api_tokens
     if not tokens:
         return Viewer(csrf="", login=False)
     session = request.cookies.get(SESSION_COOKIE)
-    if session_valid(session, tokens):
+    if sessions.live(session):
         return Viewer(csrf=csrf_token(session), login=True)
     auth = request.headers.get("authorization", "")
     if auth.lower().startswith("bearer ") and token_listed(auth[7:].strip(), tokens):
@@ -62,18 +65,18 @@ def _viewer(request: Request, controller: ControllerDep) -> Viewer | None:
     return None
 
 
-def page_viewer(request: Request, controller: ControllerDep) -> Viewer:
+def page_viewer(request: Request, controller: ControllerDep, sessions: SessionsDep) -> Viewer:
     """For pages: without a session, go to the login form and come back."""
-    viewer = _viewer(request, controller)
+    viewer = _viewer(request, controller, sessions)
     if viewer is None:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise LoginRequired(target)
     return viewer
 
 
-def asset_viewer(request: Request, controller: ControllerDep) -> Viewer:
+def asset_viewer(request: Request, controller: ControllerDep, sessions: SessionsDep) -> Viewer:
     """For assets and streams: without a session, 401."""
-    viewer = _viewer(request, controller)
+    viewer = _viewer(request, controller, sessions)
     if viewer is None:
         raise UnauthorizedError(
             "the dashboard needs a session", hint="log in at /login with an API token"
@@ -98,8 +101,18 @@ def login_form(request: Request, controller: ControllerDep, next: str = "/") -> 
 
 
 @router.post("/login")
-async def login(request: Request, controller: ControllerDep) -> Response:
-    """Check the token; keep a digest of it in an HttpOnly, SameSite=Strict cookie."""
+async def login(
+    request: Request, controller: ControllerDep, sessions: SessionsDep, throttle: LoginThrottleDep
+) -> Response:
+    """Check the token; start a session whose random value goes in an HttpOnly,
+    SameSite=Strict cookie (Secure unless served on loopback). Failures are throttled."""
+    client = request.client.host if request.client else "unknown"
+    wait_s = throttle.retry_after(client)
+    if wait_s > 0:
+        raise QuotaExceededError(
+            f"too many failed logins from {client}; try again in {wait_s:.0f} s",
+            hint="check the token: it is one of the server's SIMPLE_API_TOKENS",
+        )
     body = bytearray()
     async for chunk in request.stream():
         body.extend(chunk)
@@ -114,23 +127,35 @@ async def login(request: Request, controller: ControllerDep) -> Response:
     if not tokens:
         return RedirectResponse(target, status_code=303)
     if not token or not token_listed(token, tokens):
+        throttle.failed(client)
         return login_page(401, next=target, error="That token is not valid here.")
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         SESSION_COOKIE,
-        session_value(token),
+        await asyncio.to_thread(sessions.create, token),
         max_age=SESSION_MAX_AGE_S,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=request.url.scheme == "https" or not served_on_loopback(request),
         path="/",
     )
     return response
 
 
+def served_on_loopback(request: Request) -> bool:
+    """Whether the controller listens on a loopback address (plain http is then fine);
+    anywhere else a TLS proxy is expected in front, which uvicorn does not see."""
+    server = request.scope.get("server")
+    try:
+        return server is not None and ipaddress.ip_address(server[0]).is_loopback
+    except ValueError:
+        return False
+
+
 @router.post("/logout")
-def logout(viewer: AssetViewer) -> Response:
-    """End the session (the page's script posts it with its CSRF header)."""
+def logout(request: Request, viewer: AssetViewer, sessions: SessionsDep) -> Response:
+    """End the session: revoked in the database, so a copy of the cookie opens nothing."""
+    sessions.revoke(request.cookies.get(SESSION_COOKIE))
     response = RedirectResponse("/login" if viewer.login else "/", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     return response

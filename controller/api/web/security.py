@@ -1,15 +1,18 @@
 """The dashboard's CSRF tokens, Content-Security-Policy and origin guard.
 
 With SIMPLE_API_TOKENS set, a browser logs in once with a token; the session cookie it
-gets (`controller.api.auth`: a digest of the token, never the token) is HttpOnly and
-SameSite=Strict. State-changing requests made with the cookie must carry `X-CSRF-Token`
-(the page's token, derived from the session); any state-changing request whose Origin is
-another site is refused, cookie or not, so a web page cannot drive a loopback controller
-without tokens either.
+gets (`controller.api.sessions`: a random value, never the token) is HttpOnly,
+SameSite=Strict, and Secure unless the controller is served on loopback.
+State-changing requests made with the cookie must carry `X-CSRF-Token` (the page's
+token, derived from the session); any state-changing request whose Origin is another
+site is refused, cookie or not, and so is a WebSocket handshake from another site, so
+a web page cannot drive a loopback controller without tokens either (and
+`controller.api.hosts` refuses the names a rebound page would send).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -19,11 +22,11 @@ from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
 
-from controller.api.auth import SESSION_COOKIE, session_valid
+from controller.api.auth import SESSION_COOKIE
+from controller.api.sessions import Sessions
 
 CSRF_HEADER = "x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-SESSION_MAX_AGE_S = 7 * 24 * 3600
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -66,7 +69,9 @@ def cross_origin_reason(conn: HTTPConnection) -> str | None:
     return None
 
 
-def csrf_failure(conn: HTTPConnection, method: str, tokens: list[str]) -> str | None:
+async def csrf_failure(
+    conn: HTTPConnection, method: str, tokens: list[str], sessions: Sessions
+) -> str | None:
     """Why a request must be refused as cross-site, or None. Safe methods always pass."""
     if method in SAFE_METHODS:
         return None
@@ -74,7 +79,11 @@ def csrf_failure(conn: HTTPConnection, method: str, tokens: list[str]) -> str | 
     if reason:
         return reason
     session = conn.cookies.get(SESSION_COOKIE)
-    uses_cookie = "authorization" not in conn.headers and session_valid(session, tokens)
+    uses_cookie = (
+        bool(tokens and session)
+        and "authorization" not in conn.headers
+        and await asyncio.to_thread(sessions.live, session)
+    )
     if uses_cookie:
         sent = conn.headers.get(CSRF_HEADER, "")
         if not hmac.compare_digest(sent.encode(), csrf_token(session).encode()):
@@ -91,16 +100,23 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 class CsrfGuard:
     """ASGI middleware: refuse cross-site state changes before any route reads a body."""
 
-    def __init__(self, app: ASGIApp, tokens: Callable[[], list[str]]) -> None:
+    def __init__(self, app: ASGIApp, tokens: Callable[[], list[str]], sessions: Sessions) -> None:
         self.app = app
-        self.tokens = tokens
+        self.tokens, self.sessions = tokens, sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            reason = csrf_failure(HTTPConnection(scope), scope["method"], self.tokens())
+            conn = HTTPConnection(scope)
+            reason = await csrf_failure(conn, scope["method"], self.tokens(), self.sessions)
             if reason:
                 await _refuse(send, reason)
                 return
+        if scope["type"] == "websocket" and cross_origin_reason(HTTPConnection(scope)):
+            # A browser sends the page's Origin on every handshake, and no preflight
+            # guards one: a page on another site may not open a socket (the server
+            # answers the handshake 403), cookie or not.
+            await send({"type": "websocket.close", "code": 1008})
+            return
         await self.app(scope, receive, send)
 
 

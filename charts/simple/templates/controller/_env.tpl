@@ -30,6 +30,13 @@
   value: {{ .Values.sandbox.jobTtlSeconds | quote }}
 - name: SIMPLE_CONTROLLER_URL
   value: {{ printf "http://%s.$(SIMPLE_KUBERNETES_NAMESPACE).svc.%s:%v" (include "simple.fullname" .) .Values.clusterDomain .Values.service.port | quote }}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- $name := include "simple.fullname" . }}
+- name: SIMPLE_ALLOWED_HOSTS
+  value: {{ join "," (concat (list "$(POD_IP)" $name (printf "%s.$(SIMPLE_KUBERNETES_NAMESPACE)" $name) (printf "%s.$(SIMPLE_KUBERNETES_NAMESPACE).svc" $name)) ($settings.allowedHosts | default list)) | quote }}
 - name: SIMPLE_HOST
   value: "0.0.0.0"
 - name: SIMPLE_PORT
