@@ -80,9 +80,15 @@ def test_the_controllers_account_cannot_start_a_pod_that_escapes_to_the_node(
     pod.update(hostPID=True, hostNetwork=True, automountServiceAccountToken=True,
                securityContext={"runAsUser": 0})
     pod["volumes"].append({"name": "node", "hostPath": {"path": "/"}})
+    # ...and the cluster's: a powerful service account's token, a node port, no seccomp
+    pod["serviceAccountName"] = "default"
+    pod["volumes"].append({"name": "sa", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token"}}]}})
     container = pod["containers"][0]
     container["securityContext"] = {"privileged": True, "runAsUser": 0,
-                                    "capabilities": {"add": ["SYS_ADMIN"]}}
+                                    "capabilities": {"add": ["SYS_ADMIN"]},
+                                    "seccompProfile": {"type": "Unconfined"}}
+    container["ports"] = [{"containerPort": 22, "hostPort": 22}]
     container["volumeMounts"].append({"name": "node", "mountPath": "/host"})
     refusals = policy.refusals(escape)
     assert len(refusals) == len(policy.validations), refusals  # every rule objects
