@@ -308,6 +308,7 @@ def public_run(row: dict[str, Any]) -> dict[str, Any]:
         "created_at": _iso(row["created_at"]),
         "started_at": _iso(row["started_at"]),
         "finished_at": _iso(row["finished_at"]),
+        "purged_at": _iso(row.get("purged_at")),
     }
 
 

@@ -16,6 +16,7 @@ from controller.api.routes import (
     accounting,
     chat,
     health,
+    maintenance,
     metrics,
     runs,
     sandboxes,
@@ -49,7 +50,8 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     attach(app, controller, create_principal(controller))
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
-    routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access)
+    routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access,
+               maintenance)
     for module in (*routers, pages, chat_panel):
         app.include_router(module.router)
     app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens)

@@ -222,6 +222,11 @@ class _RunFields(_Public):
     created_at: Timestamp
     started_at: Timestamp
     finished_at: Timestamp
+    purged_at: Timestamp = Field(
+        None,
+        description="When retention removed its logs, item files, resume copies, stage "
+        "inputs and events (SIMPLE_RETENTION_DAYS after it ended); its report stays",
+    )
 
 
 class RunSummary(_RunFields):

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from controller.cli import accounting, ask, inspect, run
+from controller.cli import accounting, ask, inspect, maintenance, run
 from controller.cli.common import (
     Catalogs,
     Exit,
@@ -60,6 +60,7 @@ for command in (
     accounting.confirm,
     ask.ask,
     ask.chat,
+    maintenance.gc,
 ):
     app.command()(command)
 
