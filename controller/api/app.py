@@ -18,6 +18,7 @@ from controller.api.routes import (
     health,
     maintenance,
     metrics,
+    reruns,
     runs,
     sandboxes,
     stream,
@@ -51,7 +52,7 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
     routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access,
-               maintenance)
+               maintenance, reruns)
     for module in (*routers, pages, chat_panel):
         app.include_router(module.router)
     app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens)
