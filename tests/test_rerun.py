@@ -138,3 +138,36 @@ def test_a_run_still_going_or_with_nothing_failed_is_refused_clearly(
     assert again["rerun_of"] == fine["run_id"] and again["status"] == "succeeded"
     missing = httpx.post(f"{server.url}/v1/runs/run-00000000/rerun")
     assert missing.status_code == 404
+
+
+def test_embedded_simplectl_reruns_and_collects(
+    settings: Settings, catalog_dir: Callable[..., Path]
+) -> None:
+    """Without --server, as a user types it: `run`, then `rerun` (which follows the new
+    run, embedded), then `gc --dry-run` on the same data directory."""
+    import os
+    import subprocess
+    import sys
+
+    catalog = catalog_dir(json.dumps({"templates": TEMPLATES}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIMPLE_")}
+    env.update(SIMPLE_DATA_DIR=str(settings.data_dir),
+               SIMPLE_DATABASE_URL=settings.resolved_database_url,
+               SIMPLE_CATALOG_DIRS=str(catalog), SIMPLE_PROCESS_USER="self")
+
+    def simplectl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "controller.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    first = simplectl("run", "ok_1", "bad_1", "--json")
+    assert first.returncode == 1, first.stderr
+    original = json.loads(first.stdout)["run_id"]
+    again = simplectl("rerun", original, "--json")
+    assert again.returncode == 1, again.stderr
+    rerun = json.loads(again.stdout)
+    assert rerun["rerun_of"] == original
+    assert [s["template_id"] for s in rerun["sandboxes"]] == ["bad_1"]
+    assert f"rerun of {original} (failed): 1 of its sandboxes\n" in again.stderr
+    gc = simplectl("gc", "--dry-run")
+    assert gc.returncode == 0, gc.stderr
+    assert gc.stdout.startswith("would free 0 store objects (0 bytes) and 0 event rows of 0 runs")

@@ -93,9 +93,10 @@ def _start(client: ApiClient, run_id: str, body: dict[str, Any]) -> str:
     taken = run["request"].get("rerun", {})
     err.print(
         f"run {run['run_id']}: rerun of {run_id} ({body['scope']}): "
-        f"{len(run['plan']['selected'])} templates, {len(taken.get('sandboxes', []))} of its "
-        f"sandboxes" + (f", {taken['items']} items" if taken.get("items") else ""),
+        f"{len(taken.get('sandboxes', []))} of its sandboxes"
+        + (f", {taken['items']} items" if taken.get("items") else ""),
         highlight=False,
+        soft_wrap=True,
     )
     for excluded in run["plan"]["excluded"]:
         err.print(f"  excluded {excluded['template_id']}: {excluded['reason']}", highlight=False)
