@@ -172,3 +172,9 @@ def test_gc_with_the_clock_moved_frees_old_runs_and_keeps_their_reports(
         assert run["purged_at"] and not httpx.get(f"{server.url}/v1/runs/{recent}").json()[
             "purged_at"]
         assert httpx.post(f"{server.url}/v1/gc").json()["runs"] == 0
+        sandbox_id = run["sandboxes"][0]["sandbox_id"]
+        gone = httpx.get(f"{server.url}/v1/sandboxes/{sandbox_id}/logs")
+        assert gone.status_code == 404 and "SIMPLE_RETENTION_DAYS" in gone.json()["error"]["hint"]
+        kept = run["sandboxes"][0]["sandbox_id"].replace(old.removeprefix("run-"),
+                                                         recent.removeprefix("run-"))
+        assert httpx.get(f"{server.url}/v1/sandboxes/{kept}/logs").status_code == 200
