@@ -75,6 +75,17 @@ BACKEND_ERRORS = Counter(
     ["backend", "op"],
     registry=REGISTRY,
 )
+GC_OBJECTS = Counter(
+    "simple_gc_objects",
+    "Store objects retention removed (logs, item files, resume copies, stage inputs).",
+    registry=REGISTRY,
+)
+GC_BYTES = Counter(
+    "simple_gc_bytes", "Bytes of the store objects retention removed.", registry=REGISTRY
+)
+GC_EVENT_ROWS = Counter(
+    "simple_gc_event_rows", "Event rows retention deleted.", registry=REGISTRY
+)
 
 
 class DatabaseCollector(Collector):

@@ -82,8 +82,10 @@ def create_run(
     seed: int = 0,
     idempotency_key: str | None = None,
     store: ObjectStore | None = None,
+    rerun_of: str | None = None,
 ) -> tuple[str, bool]:
-    """Plan and record a run; returns (run id, created). Same key + same body = same run."""
+    """Plan and record a run; returns (run id, created). Same key + same body = same run.
+    `rerun_of` links a rerun to its original (controller.results.reruns)."""
     digest = request_hash(body)
     if idempotency_key:
         existing = _by_key(engine, idempotency_key, digest)
@@ -120,6 +122,7 @@ def create_run(
                     stage=0,
                     confirm_over=bool(body.get("confirm_over")),
                     alerts=[],
+                    rerun_of=rerun_of,
                 )
             )
             conn.execute(insert(sandboxes), [r for r, _ in rows])
@@ -308,6 +311,8 @@ def public_run(row: dict[str, Any]) -> dict[str, Any]:
         "created_at": _iso(row["created_at"]),
         "started_at": _iso(row["started_at"]),
         "finished_at": _iso(row["finished_at"]),
+        "purged_at": _iso(row.get("purged_at")),
+        "rerun_of": row.get("rerun_of"),
     }
 
 

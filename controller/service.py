@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import gc
 import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from controller.attempts.finisher import Finisher
@@ -37,9 +39,15 @@ class Controller:
     """Wires the parts together; `start` migrates (if asked) and starts the reconciler."""
 
     def __init__(
-        self, settings: Settings, backend: Backend | None = None, store: ObjectStore | None = None
+        self,
+        settings: Settings,
+        backend: Backend | None = None,
+        store: ObjectStore | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.settings = settings
+        # What time it is for this controller: runs' ends, retention. Tests move it.
+        self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
         self.signer = Signer.load(settings.data_dir / "signing.key", settings.signing_key)
         self.catalog: Catalog = load_catalog(catalog_dirs(settings))
         self.engine = create_db_engine(settings.resolved_database_url)
@@ -56,9 +64,14 @@ class Controller:
         self.finisher = Finisher(self.engine, self.backend, self.store, settings, self.stamps)
         self.urls = AttemptUrls(self.store, self.signer, settings.resolved_controller_url)
         self.reconciler = Reconciler(
-            self.engine, self.backend, self.store, settings, urls=self.urls, finisher=self.finisher
+            self.engine, self.backend, self.store, settings, clock=self.now, urls=self.urls,
+            finisher=self.finisher,
         )
         self.started = False
+
+    def now(self) -> datetime:
+        """The controller's clock, read anew each time (a test may replace `clock`)."""
+        return self.clock()
 
     def kick(self) -> None:
         if hasattr(self, "reconciler"):

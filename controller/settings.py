@@ -153,6 +153,14 @@ class Settings(BaseSettings):
         description="How long aggregation retries a failing store before it "
         "records the sandbox without its snapshot.",
     )
+    retention_days: int = Field(
+        30,
+        ge=0,
+        le=36_500,
+        description="Days after a run ends that its archived logs, item files, resume copies, "
+        "stage inputs and event rows are kept; then `simplectl gc` (and the reconciler, "
+        "daily) removes them. Reports, results and snapshots stay. 0 keeps everything.",
+    )
     cost_alert_ratio: float = Field(
         1.2,
         gt=0,

@@ -17,7 +17,9 @@ from controller.api.routes import (
     accounting,
     chat,
     health,
+    maintenance,
     metrics,
+    reruns,
     runs,
     sandboxes,
     stream,
@@ -54,7 +56,8 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     attach(app, controller, create_principal(controller))
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
-    routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access)
+    routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access,
+               maintenance, reruns)
     for module in (*routers, pages, chat_panel):
         app.include_router(module.router)
     sessions = app.state.sessions

@@ -222,6 +222,14 @@ class _RunFields(_Public):
     created_at: Timestamp
     started_at: Timestamp
     finished_at: Timestamp
+    purged_at: Timestamp = Field(
+        None,
+        description="When retention removed its logs, item files, resume copies, stage "
+        "inputs and events (SIMPLE_RETENTION_DAYS after it ended); its report stays",
+    )
+    rerun_of: str | None = Field(
+        None, description="The run this one reruns (POST /v1/runs/{id}/rerun); null if none"
+    )
 
 
 class RunSummary(_RunFields):
@@ -313,6 +321,7 @@ class Report(_Public):
         description="A page of rows, in launch order (`limit`, `offset`); totals cover all"
     )
     sandboxes_total: int = Field(description="Rows in the whole report")
+    rerun_of: str | None = Field(None, description="The run this one reruns; null if none")
     totals: ReportTotals
     by_template: list[ReportByTemplate]
     by_mechanism: list[ReportByMechanism]

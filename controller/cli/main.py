@@ -1,4 +1,5 @@
-"""`simplectl`: run, plan, status, report, logs, cancel, templates, ask, chat, serve, db.
+"""`simplectl`: run, plan, status, report, logs, cancel, templates, ask, chat, serve, db,
+verify, confirm, gc, rerun.
 
 Without --server (or SIMPLE_SERVER) commands work on the local embedded
 controller (the data directory in SIMPLE_DATA_DIR, default ./.simple); with it,
@@ -13,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from controller.cli import accounting, ask, inspect, run
+from controller.cli import accounting, ask, inspect, maintenance, rerun, run
 from controller.cli.common import (
     Catalogs,
     Exit,
@@ -67,6 +68,8 @@ for command in (
     accounting.confirm,
     ask.ask,
     ask.chat,
+    maintenance.gc,
+    rerun.rerun,
 ):
     app.command()(command)
 

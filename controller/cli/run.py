@@ -283,3 +283,10 @@ def plan(
         body.update(items_body(items, batch_size))
         print(json.dumps(client.post("/v1/plans", json=body), indent=2))
 
+
+
+def finish_run(client: ApiClient, final: dict[str, Any], as_json: bool = False,
+               junit: Path | None = None, markdown: Path | None = None) -> Exit:
+    """Print an ended run's report (and write its files); the exit code for its status.
+    For commands that follow a run they did not start with `run` (`rerun`)."""
+    return _finish(client, final, as_json, junit, markdown)

@@ -71,8 +71,13 @@ runs = Table(
     Column("confirm_over", Boolean, nullable=False, default=False),  # hold on a cost alert
     Column("hold_reason", Text),  # set while launching waits for a confirmation
     Column("alerts", JSON),  # cost alerts raised, oldest first
+    # 0020: the run this one reruns (its failed sandboxes, or all of them)
+    Column("rerun_of", String(63)),
+    # 0020: when retention removed its logs, item files, resume copies, inputs and events
+    Column("purged_at", UTCDateTime()),
     Index("ix_runs_status", "status"),
     Index("ix_runs_created_at", "created_at"),
+    Index("ix_runs_finished_at", "finished_at"),
 )
 
 sandboxes = Table(
@@ -255,4 +260,14 @@ sessions = Table(
     Column("created_at", UTCDateTime(), nullable=False),
     Column("expires_at", UTCDateTime(), nullable=False, index=True),
     Column("revoked_at", UTCDateTime()),
+)
+
+# Periodic chores (0020): when each last started, so a restart does not run one early.
+maintenance = Table(
+    "maintenance",
+    metadata,
+    Column("task", String(40), primary_key=True),  # e.g. "gc"
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("finished_at", UTCDateTime()),
+    Column("result", JSON),  # what the last completed one did
 )

@@ -34,6 +34,7 @@ from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError
 from controller.intake.tokens import Signer
 from controller.logs import log_context
+from controller.reconcile.daily_gc import DailyGc
 from controller.reconcile.pass_reads import (
     NONE_RUNNING,
     active_runs,
@@ -98,6 +99,7 @@ class Reconciler:
             background=background,
         )
         backend.listen_for_exits(self._pushed_exit)
+        self.daily_gc = DailyGc(engine, store, settings, clock, background)
         self.passes = 0
         self.pass_seconds: deque[float] = deque(maxlen=PASS_HISTORY)
 
@@ -117,6 +119,7 @@ class Reconciler:
 
     def stop(self) -> None:
         self._stopping.set()
+        self.daily_gc.stop()
         self._wake.set()
         if self._thread:
             self._thread.join(timeout=10)
@@ -168,6 +171,7 @@ class Reconciler:
                 with log_context(run_id=row.run_id, sandbox_id=row.id, attempt=row.attempt):
                     self._follow(row, observed.get((row.id, row.attempt)), row.run_id in cancelled)
             self._collect_garbage(observed, {(r.id, r.attempt) for r in rows})
+            self.daily_gc.maybe_start()  # retention, once a day (in the background)
         for run in active:
             self.run_driver.drive(run, running.get(run.id, NONE_RUNNING))
         self.pass_seconds.append(time.perf_counter() - began)

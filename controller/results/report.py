@@ -130,6 +130,7 @@ def build_report(
         "finished_at": _iso(run["finished_at"]),
         "plan": run["plan"],
         "ledger_head": head,
+        "rerun_of": run.get("rerun_of"),
         "alerts": run.get("alerts") or [],
         "sandboxes_total": len(sandbox_rows),
         "sandboxes": [

@@ -36,6 +36,8 @@ def report_junit(report: dict[str, Any], items: list[dict[str, Any]] | None = No
     ET.SubElement(
         props, "property", {"name": "ledger_head", "value": str(report.get("ledger_head") or "")}
     )
+    if report.get("rerun_of"):  # the lineage: this run reran (what failed in) that one
+        ET.SubElement(props, "property", {"name": "rerun_of", "value": report["rerun_of"]})
     by_sandbox: dict[str, list[dict[str, Any]]] = {}
     for item in items or []:
         by_sandbox.setdefault(item["sandbox_id"], []).append(item)
@@ -119,6 +121,7 @@ def report_markdown(report: dict[str, Any], problems: list[dict[str, Any]] | Non
         f"Ledger head: `{report.get('ledger_head') or 'none'}` (check it with "
         f"`simplectl verify {report['run_id']}`)",
         "",
+        *([f"Rerun of `{report['rerun_of']}`", ""] if report.get("rerun_of") else []),
         "| template | status | attempts | exit | duration (s) | cost ($) | error | stage |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 def snapshot_key(run_id: str, sandbox_id: str, attempt: int) -> str:
@@ -30,6 +32,14 @@ def log_key(run_id: str, sandbox_id: str, attempt: int) -> str:
     return f"logs/{run_id}/{sandbox_id}/attempt-{attempt}.log"
 
 
+@dataclass(frozen=True)
+class StoredObject:
+    """One object of a listing: its key (the controller's, without the store's prefix)."""
+
+    key: str
+    size: int
+
+
 class ObjectStore(ABC):
     """Bytes by key. Every call has a timeout and raises StoreError on failure."""
 
@@ -44,6 +54,14 @@ class ObjectStore(ABC):
     @abstractmethod
     def size(self, key: str) -> int | None:
         """Size in bytes, or None when absent."""
+
+    @abstractmethod
+    def list_objects(self, prefix: str) -> list[StoredObject]:
+        """Every object whose key starts with `prefix`, in key order."""
+
+    @abstractmethod
+    def delete_objects(self, keys: Sequence[str]) -> None:
+        """Remove these objects; a key already gone is not an error."""
 
     def presigned_put_url(self, key: str, expires_s: int) -> str | None:
         """A URL a sandbox may PUT `key` to without credentials; None = upload via controller."""

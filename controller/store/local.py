@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from controller.errors import PayloadTooLargeError, StoreError, UnavailableError
-from controller.store.base import ObjectStore
+from controller.store.base import ObjectStore, StoredObject
 
 
 class LocalStore(ObjectStore):
@@ -55,6 +56,39 @@ class LocalStore(ObjectStore):
             return self._path(key).stat().st_size
         except FileNotFoundError:
             return None
+
+    def list_objects(self, prefix: str) -> list[StoredObject]:
+        root = self.root.resolve()
+        # Walk only the deepest directory the prefix names, not the whole store.
+        top = self._path(prefix.rpartition("/")[0]) if "/" in prefix else root
+        found = []
+        try:
+            for path in top.rglob("*"):
+                key = path.relative_to(root).as_posix()
+                if key.startswith(prefix) and path.is_file():
+                    found.append(StoredObject(key, path.stat().st_size))
+        except FileNotFoundError:  # the directory, or a file in it, went meanwhile
+            pass
+        except OSError as e:
+            raise StoreError(f"cannot list {prefix} in {self.root}: {e}") from e
+        return sorted(found, key=lambda o: o.key)
+
+    def delete_objects(self, keys: Sequence[str]) -> None:
+        root = self.root.resolve()
+        for key in keys:
+            path = self._path(key)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as e:
+                raise StoreError(f"cannot delete {key} from {self.root}: {e}") from e
+            # Empty directories left behind go too, up to (not including) the root.
+            for parent in path.parents:
+                if parent == root or not parent.is_relative_to(root):
+                    break
+                try:
+                    parent.rmdir()
+                except OSError:  # not empty (or already gone): stop climbing
+                    break
 
     def check(self) -> None:
         if not os.access(self.root, os.W_OK):

@@ -15,6 +15,7 @@ boto3 is imported only here, so the embedded default starts without it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -31,7 +32,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from controller.errors import ConfigError, PayloadTooLargeError, StoreError, UnavailableError
-from controller.store.base import ObjectStore
+from controller.store.base import ObjectStore, StoredObject
 
 if TYPE_CHECKING:
     from controller.settings import Settings
@@ -43,6 +44,7 @@ READ_TIMEOUT_S = 30.0  # per read of a response, not per transfer
 MAX_ATTEMPTS = 3  # per call, first included; botocore's standard mode backs off between them
 # SigV4 presigned URLs are valid for at most seven days.
 MAX_PRESIGN_S = 7 * 24 * 3600
+DELETE_BATCH = 1000  # keys per DeleteObjects call, S3's own limit
 PROBE_CONNECT_TIMEOUT_S = 2.0
 PROBE_READ_TIMEOUT_S = 5.0
 _MISSING_KEY_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
@@ -193,6 +195,41 @@ class S3Store(ObjectStore):
         except BotoCoreError as e:
             raise self._error(f"cannot look up {key}", e) from e
         return int(head["ContentLength"])
+
+    def list_objects(self, prefix: str) -> list[StoredObject]:
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        found: list[StoredObject] = []
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.object_key(prefix)
+            )
+            for page in pages:
+                found.extend(
+                    StoredObject(o["Key"][strip:], int(o["Size"])) for o in page.get("Contents", [])
+                )
+        except (BotoCoreError, ClientError) as e:
+            raise self._error(f"cannot list {prefix}", e) from e
+        return sorted(found, key=lambda o: o.key)
+
+    def delete_objects(self, keys: Sequence[str]) -> None:
+        for start in range(0, len(keys), DELETE_BATCH):
+            chunk = keys[start : start + DELETE_BATCH]
+            try:
+                answer = self._client.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": self.object_key(k)} for k in chunk], "Quiet": True},
+                )
+            except (BotoCoreError, ClientError) as e:
+                raise self._error(f"cannot delete {len(chunk)} objects from {chunk[0]}", e) from e
+            failed = answer.get("Errors") or []
+            if failed:
+                first = failed[0]
+                raise StoreError(
+                    f"cannot delete {len(failed)} of {len(chunk)} objects in {self._where}, "
+                    f"first {first.get('Key')}: {first.get('Code')} {first.get('Message', '')}",
+                    hint="check that the credentials may delete objects in the bucket",
+                    transient=True,
+                )
 
     def presigned_put_url(self, key: str, expires_s: int) -> str:
         """A URL that lets its holder PUT this one key, and nothing else, for `expires_s`."""

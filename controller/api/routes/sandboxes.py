@@ -95,7 +95,10 @@ def sandbox_logs(
             pass
     raise NotFoundError(
         f"no logs for sandbox {sandbox_id} (status {row.status})",
-        hint="logs exist once the sandbox has started",
+        # archived once, gone now: retention removed them (docs/operations.md)
+        hint="its run ended more than SIMPLE_RETENTION_DAYS ago and its logs were removed"
+        if row.log_key
+        else "logs exist once the sandbox has started",
     )
 
 
