@@ -162,8 +162,10 @@ def test_exit_4_when_interrupted(settings: Settings, tiny_catalog: Path) -> None
     while "running" not in seen and time.monotonic() < deadline:
         seen += process.stderr.readline()
     process.send_signal(signal.SIGINT)
-    process.wait(timeout=60)
-    assert process.returncode == 4, seen
+    # communicate, not wait: the progress lines written while it cancels must not fill a
+    # pipe nobody reads (the client would block on it and never exit)
+    _, rest = process.communicate(timeout=120)
+    assert process.returncode == 4, seen + rest
 
 
 def test_plan_templates_and_dry_run(settings: Settings) -> None:
