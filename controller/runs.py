@@ -64,6 +64,7 @@ def sandbox_spec(template: Template, seed: int, default_image: str) -> dict[str,
         "estimate_runtime_s": list(template.runtime_s),
         "resources": {"cpu": template.cpu, "memory": template.memory},
         "seed": (seed * 1_000_003 + zlib.crc32(template.id.encode())) % 2**31,
+        **({"secrets": [list(r) for r in template.secrets]} if template.secrets else {}),
     }
 
 

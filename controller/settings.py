@@ -194,6 +194,11 @@ class Settings(BaseSettings):
         None, description="Docker network for sandboxes ('host', a user network, or bridge)."
     )
     docker_runtime_user: str = Field("10001:10001", description="uid:gid sandboxes run as.")
+    template_secrets_dir: Path | None = Field(
+        None,
+        description="Docker and process backends: where templates' secrets are read at launch, "
+        "<dir>/<name>/<key> (Kubernetes mounts the Secrets themselves).",
+    )
     kubernetes_namespace: str = Field("default", description="Namespace of sandbox Jobs.")
     kubernetes_sandbox_service_account: str = Field(
         "simple-sandbox", description="ServiceAccount of sandbox Pods."

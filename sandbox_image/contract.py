@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -40,6 +40,9 @@ CREDENTIAL_NAMES: tuple[str, ...] = (
     ENV_INPUT_URL,
 )
 ENV_SECRETS_DIR = "SIMPLE_SECRETS_DIR"
+# The template's own secrets (its catalog entry's `secrets`), one file per name it is
+# handed over as, where the backend mounts them (Kubernetes); the runtime exports them.
+ENV_TEMPLATE_SECRETS_DIR = "SIMPLE_TEMPLATE_SECRETS_DIR"
 MAX_CREDENTIAL_BYTES = 64 * 1024
 
 ENV_NAMES: tuple[str, ...] = (
@@ -55,6 +58,7 @@ ENV_NAMES: tuple[str, ...] = (
 )
 
 SANDBOX_ID_MAX_LENGTH = 63
+TEMPLATE_SECRET_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 SANDBOX_ID_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 EVENTS_PATH = "/v1/sandboxes/{sandbox_id}/events"
@@ -252,3 +256,23 @@ def with_credential_files(environ: Mapping[str, str]) -> Mapping[str, str]:
             raise ContractError(f"{path} is over {MAX_CREDENTIAL_BYTES} bytes")
         merged[name] = data.decode("utf-8", "replace").rstrip("\n")
     return merged
+
+
+def export_template_secrets(environ: MutableMapping[str, str]) -> list[str]:
+    """Each file in SIMPLE_TEMPLATE_SECRETS_DIR (a name [A-Z_][A-Z0-9_]*) set in `environ`
+    under its name unless already set; the names exported."""
+    directory = environ.get(ENV_TEMPLATE_SECRETS_DIR)
+    if not directory or not os.path.isdir(directory):
+        return []
+    exported = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if not TEMPLATE_SECRET_NAME.match(name) or name in environ or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CREDENTIAL_BYTES + 1)
+        if len(data) > MAX_CREDENTIAL_BYTES:
+            raise ContractError(f"{path} is over {MAX_CREDENTIAL_BYTES} bytes")
+        environ[name] = data.decode("utf-8", "replace").rstrip("\n")
+        exported.append(name)
+    return exported

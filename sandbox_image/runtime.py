@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 
 from sandbox_image.batch import ItemResult, ItemsError, run_items
-from sandbox_image.contract import ContractError, EventType, SandboxEnv
+from sandbox_image.contract import ContractError, EventType, SandboxEnv, export_template_secrets
 from sandbox_image.fetch import FetchError
 from sandbox_image.gather import InputError
 from sandbox_image.inputs import INPUT_FETCH_BUDGET_S, Inputs, fetch_inputs
@@ -340,6 +340,7 @@ def main() -> int:
     configure_logging()
     try:
         env = SandboxEnv.from_environ()
+        export_template_secrets(os.environ)
     except ContractError as e:
         logger.error("contract error: %s", e)
         return EXIT_CONTRACT

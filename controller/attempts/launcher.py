@@ -271,4 +271,5 @@ def build_sandbox_spec(
             cpu=spec["resources"].get("cpu"), memory=spec["resources"].get("memory")
         ),
         controller_id=controller_id,
+        secrets=tuple((n, k, a) for n, k, a in spec.get("secrets", ())),
     )

@@ -51,6 +51,9 @@ class SandboxSpec:
     timeout_s: int
     resources: Resources = field(default_factory=Resources)
     controller_id: str = ""  # stamped as a label when set
+    # the template's secrets by reference, (name, key, as): each backend hands the value
+    # over as `as` (controller/backends/template_secrets.py); never the values here
+    secrets: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def sandbox_id(self) -> str:

@@ -26,6 +26,7 @@ from controller.catalog.batches import (
     read_items_file,
 )
 from controller.catalog.quantities import memory_bytes, nano_cpus
+from controller.catalog.secrets import SecretRefs
 from controller.catalog.stages import Stage, StagedSuiteModel, check_stages, parse_policy
 from controller.errors import CatalogError, InputError, UnknownNameError
 
@@ -94,6 +95,8 @@ class TemplateModel(BaseModel):
         None, ge=1, le=MAX_BATCH_SIZE, strict=True, description="Items per sandbox at most")
     entrypoint: str | None = Field(
         None, description="module:function called with each item's data")
+    secrets: SecretRefs = Field(default_factory=list, description="Secrets the sandbox "
+                                "needs, by reference; never in config, plans or reports")
 
     @field_validator("entrypoint")
     @classmethod
@@ -152,6 +155,8 @@ class Template:
     items: tuple[WorkItem, ...] = field(default=(), hash=False, compare=False)
     batch_size: int | None = None
     entrypoint: str | None = None
+    # (name, key, as): references only, never values
+    secrets: tuple[tuple[str, str, str], ...] = ()
 
     def public(self) -> dict[str, Any]:
         """The template as the API shows it."""
@@ -170,6 +175,7 @@ class Template:
             "items": len(self.items) or None,
             "batch_size": self.batch_size,
             "entrypoint": self.entrypoint,
+            "secrets": [{"name": n, "key": k, "as": a} for n, k, a in self.secrets],
         }
 
 
@@ -310,6 +316,7 @@ def _to_template(model: TemplateModel, source: str, items: tuple[WorkItem, ...] 
         items=items,
         batch_size=model.batch_size,
         entrypoint=model.entrypoint,
+        secrets=tuple((r.name, r.key, r.as_) for r in model.secrets),
     )
 
 

@@ -21,6 +21,7 @@ import requests
 from controller.backends.base import Backend, Notify, Observed, ObservedState, SandboxSpec
 from controller.backends.docker.exits import exit_from_inspect
 from controller.backends.docker.spec import build_container_spec
+from controller.backends.template_secrets import resolve
 from controller.errors import BackendError, ConfigError, NotFoundError, UnavailableError
 from sandbox_image.contract import (
     LABEL_ATTEMPT,
@@ -124,6 +125,8 @@ class DockerBackend(Backend):
 
     def launch(self, spec: SandboxSpec) -> None:
         kwargs = self.render(spec)
+        kwargs["environment"].update(
+            resolve(spec.secrets, self._settings.template_secrets_dir))
         client = self._docker()
         self._start_watcher()  # listening before the container starts: no exit slips by
         try:

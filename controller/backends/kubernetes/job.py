@@ -21,6 +21,7 @@ from controller.errors import BackendError, InputError
 from sandbox_image.contract import (
     CREDENTIAL_NAMES,
     ENV_SECRETS_DIR,
+    ENV_TEMPLATE_SECRETS_DIR,
     SANDBOX_ID_PATTERN,
 )
 
@@ -39,6 +40,7 @@ TMP_SIZE_LIMIT = "512Mi"
 SECRET_ENV_NAMES = frozenset(CREDENTIAL_NAMES)
 SECRET_SUFFIX = "-env"
 SECRETS_DIR = "/var/run/simple/credentials"
+TEMPLATE_SECRETS_DIR = "/var/run/simple/template-secrets"
 
 # Kubernetes' own quantity grammar (k8s.io/apimachinery resource.Quantity), non-negative.
 _QUANTITY = re.compile(
@@ -110,6 +112,7 @@ def _pod_spec(spec: SandboxSpec, service_account: str) -> dict[str, Any]:
     resources = _resources(spec.resources)
     if resources:
         container["resources"] = resources
+    volumes = _template_secrets(spec, container)
     return {
         "restartPolicy": "Never",
         "serviceAccountName": service_account,
@@ -129,8 +132,24 @@ def _pod_spec(spec: SandboxSpec, service_account: str) -> dict[str, Any]:
             # Files owned by root and the pod's fsGroup, readable by that group only.
             {"name": "credentials",
              "secret": {"secretName": secret_name(spec.sandbox_id), "defaultMode": 0o440}},
+            *volumes,
         ],
     }
+
+
+def _template_secrets(spec: SandboxSpec, container: dict[str, Any]) -> list[dict[str, Any]]:
+    """The template's Secrets, by reference, as files named as the sandbox sees them in
+    TEMPLATE_SECRETS_DIR: the kubelet mounts them; SIMPLE never reads a value."""
+    if not spec.secrets:
+        return []
+    by_secret: dict[str, list[dict[str, str]]] = {}
+    for name, key, as_ in spec.secrets:
+        by_secret.setdefault(name, []).append({"key": key, "path": as_})
+    container["volumeMounts"].append(
+        {"name": "template-secrets", "mountPath": TEMPLATE_SECRETS_DIR, "readOnly": True})
+    container["env"].append({"name": ENV_TEMPLATE_SECRETS_DIR, "value": TEMPLATE_SECRETS_DIR})
+    sources = [{"secret": {"name": name, "items": items}} for name, items in by_secret.items()]
+    return [{"name": "template-secrets", "projected": {"defaultMode": 0o440, "sources": sources}}]
 
 
 def _env(spec: SandboxSpec) -> list[dict[str, Any]]:

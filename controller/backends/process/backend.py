@@ -39,6 +39,7 @@ from controller.backends.process.user import (
     UserPolicy,
     prepare_dir,
 )
+from controller.backends.template_secrets import resolve
 from controller.catalog.quantities import memory_bytes
 from controller.errors import BackendError, NotFoundError
 from controller.settings import Settings
@@ -63,6 +64,7 @@ class ProcessBackend(Backend):
         self.work_root = Path(tempfile.gettempdir()) / f"simple-work-{settings.controller_id}"
         self.python = settings.process_python or sys.executable
         self.nice = settings.process_nice
+        self.secrets_dir = settings.template_secrets_dir
         self.users = SandboxUsers(
             UserPolicy.parse(settings.process_user),
             self.python,
@@ -83,6 +85,7 @@ class ProcessBackend(Backend):
             "command": list(self._command(spec.command)),
             "working_dir": str(self._work(spec.sandbox_id, spec.env.attempt)),
             "env": spec.env.to_environ(),
+            "secrets": [{"name": n, "key": k, "as": a} for n, k, a in spec.secrets],
             "labels": spec.labels,
             "limits": {
                 "memory_bytes": memory_bytes(spec.resources.memory)
@@ -109,6 +112,7 @@ class ProcessBackend(Backend):
         _write_json(directory / "meta.json", {"labels": spec.labels, "attempt": spec.env.attempt})
         env = _inherited_env()
         env.update(spec.env.to_environ())
+        env.update(resolve(spec.secrets, self.secrets_dir))
         if user is not None:
             env["HOME"] = str(work)  # the only directory it may write besides /tmp
         limit = memory_bytes(spec.resources.memory) if spec.resources.memory else 0
