@@ -336,3 +336,32 @@ def test_follow_logs_falls_back_to_polling_without_repeating(tmp_path: Path) -> 
     )
     fake = DockerBackend(settings(tmp_path), client_factory=lambda: client)
     assert list(fake.follow_logs("sbx-1", is_running=lambda: False)) == [b"ab", b"cd"]
+
+
+@pytest.mark.docker
+def test_a_template_secret_reaches_the_container_by_name_only(
+    sandbox_image: str, make_spec: MakeSpec, docker_run_id: str, tmp_path: Path
+) -> None:
+    """The value is read from the secret store at launch and handed to the container;
+    the spec (what the controller records and renders) holds only the reference."""
+    import dataclasses
+    import hashlib
+
+    key = "sk-docker-7d1e0b9c2a"
+    store = tmp_path / "store"
+    (store / "openai").mkdir(parents=True)
+    (store / "openai" / "api-key").write_text(key + "\n")
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    check = ("import hashlib, os; raise SystemExit(0 if hashlib.sha256(os.environ.get("
+             f"'OPENAI_API_KEY', '').encode()).hexdigest() == {digest!r} else 3)")
+    sandbox_id = f"{docker_run_id}-key"
+    spec = dataclasses.replace(
+        make_spec(sandbox_id, run_id=docker_run_id, command=["python", "-c", check]),
+        secrets=(("openai", "api-key", "OPENAI_API_KEY"),))
+    backend = DockerBackend(settings(tmp_path, template_secrets_dir=store))
+    try:
+        assert key not in json.dumps(backend.render(spec))
+        backend.launch(spec)
+        assert wait_for(backend, sandbox_id, ObservedState.EXITED).exit_code == 0
+    finally:
+        backend.close()

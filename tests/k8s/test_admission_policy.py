@@ -11,6 +11,7 @@ initContainer and an ephemeral container: refused, by the rule whose message nam
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -96,6 +97,9 @@ def the_backends_jobs(backend: KubernetesBackend, make_spec: MakeSpec) -> list[d
         make_spec(),
         make_spec("sbx-bare", cpu=None, memory=None, command=()),
         make_spec("sbx-retry", attempt=3, image="registry.example/team/sim:2.1"),
+        # a template's Secret, mounted by reference (a projected volume of secrets)
+        dataclasses.replace(make_spec("sbx-keyed"),
+                            secrets=(("openai", "api-key", "OPENAI_API_KEY"),)),
     ]
     return [backend.render(spec) for spec in specs]
 
