@@ -10,8 +10,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from controller.cli.common import Catalogs, Server, Token, api_client, err, errors_to_exit
-from controller.runs import SANDBOX_PAGE_MAX
+from controller.cli.common import (
+    SANDBOX_PAGE_MAX,
+    Catalogs,
+    Server,
+    Token,
+    api_client,
+    err,
+    errors_to_exit,
+)
 
 
 def status(

@@ -26,7 +26,12 @@ from controller.cli.common import (
     fail,
     setup_logging,
 )
-from controller.settings import load_settings
+from controller.cli.servers import (
+    REQUIRE_ENV,
+    require_server,
+    server_extra_installed,
+    version_callback,
+)
 
 app = typer.Typer(
     help="SIMPLE: run simulation templates in parallel, one sandbox each.",
@@ -37,13 +42,32 @@ app = typer.Typer(
 
 
 @app.callback()
-def _global_options(server: Server = None, token: Token = None) -> None:
+def _global_options(
+    server: Server = None,
+    token: Token = None,
+    required: Annotated[
+        bool,
+        typer.Option(
+            "--require-server",
+            envvar=REQUIRE_ENV,
+            help="Never start an embedded controller: without --server/SIMPLE_SERVER, "
+            "exit 2 (for pipelines).",
+        ),
+    ] = False,
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
     # `simplectl --server URL --token T run …` as well as `simplectl run --server URL …`:
     # the global options reach every command through the variables its options read.
     if server:
         os.environ["SIMPLE_SERVER"] = server
     if token:
         os.environ["SIMPLE_TOKEN"] = token
+    require_server(required)
 
 
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
@@ -73,6 +97,7 @@ def serve(
     verbose: Verbose = True,
 ) -> None:
     """Serve the controller API (migrations are applied at start)."""
+    server_extra_installed("simplectl serve")
     from controller.api.app import create_app
     from controller.cli.embedded import (
         bound_socket,
@@ -113,7 +138,9 @@ def serve(
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Apply every pending database migration."""
+    server_extra_installed("simplectl db upgrade")
     from controller.db.engine import create_db_engine, upgrade
+    from controller.settings import load_settings
 
     setup_logging(True)
     with errors_to_exit():
