@@ -110,10 +110,10 @@ def wait_for_served_run(
         if not cancel_on_interrupt:
             err.print(
                 f"{name}: run {run_id} goes on (--no-cancel-on-interrupt); "
-                f"`simplectl cancel {run_id}` stops it", highlight=False,
+                f"`simplectl cancel {run_id}` stops it", highlight=False, soft_wrap=True,
             )
             raise typer.Exit(128 + signum) from None
-        err.print(f"{name}: cancelling run {run_id} …", highlight=False)
+        err.print(f"{name}: cancelling run {run_id} …", highlight=False, soft_wrap=True)
         with interrupts_ignored():
             answer = cancel_quickly(client, run_id)
         counts = answer.get("sandbox_counts") or {}
@@ -121,6 +121,7 @@ def wait_for_served_run(
             f"run {run_id}: cancel requested, status {answer['status']}"
             + (f" ({', '.join(f'{n} {k}' for k, n in sorted(counts.items()))})" if counts else ""),
             highlight=False,
+            soft_wrap=True,
         )
         if as_json:
             print(json.dumps(answer, indent=2))
