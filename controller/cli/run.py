@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -30,6 +31,7 @@ from controller.cli.common import (
     run_body,
     setup_logging,
 )
+from controller.cli.labels import Labels, run_labels
 from controller.cli.servers import embedded_allowed, server_extra_installed
 
 ItemsFile = Annotated[
@@ -120,6 +122,15 @@ def run(
             "with --no-cancel-on-interrupt the run goes on (exit 128+signal).",
         ),
     ] = True,
+    label: Labels = None,
+    ci_labels: Annotated[
+        bool,
+        typer.Option(
+            "--ci-labels/--no-ci-labels",
+            help="Label the run with the commit, ref and pipeline URL of GitHub Actions "
+            "or GitLab CI, from their variables.",
+        ),
+    ] = True,
     verbose: Verbose = False,
 ) -> None:
     """Plan and run templates, print the report.
@@ -136,6 +147,9 @@ def run(
     if detach and not server and not dry_run:
         raise fail("--detach needs --server: the embedded controller ends with this command")
     body = run_body(names, budget, priority, parallel, query, seed, confirm_over)
+    labels = run_labels(label, ci_labels, os.environ)
+    if labels:
+        body["labels"] = labels
     with errors_to_exit():
         body.update(items_body(items, batch_size))
         if dry_run:

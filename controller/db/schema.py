@@ -71,6 +71,7 @@ runs = Table(
     Column("confirm_over", Boolean, nullable=False, default=False),  # hold on a cost alert
     Column("hold_reason", Text),  # set while launching waits for a confirmation
     Column("alerts", JSON),  # cost alerts raised, oldest first
+    Column("labels", JSON),  # {key: value} the run was started with (commit, ref, pipeline …)
     Index("ix_runs_status", "status"),
     Index("ix_runs_created_at", "created_at"),
 )

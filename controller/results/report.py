@@ -131,6 +131,7 @@ def build_report(
         "plan": run["plan"],
         "ledger_head": head,
         "alerts": run.get("alerts") or [],
+        "labels": run.get("labels") or {},
         "sandboxes_total": len(sandbox_rows),
         "sandboxes": [
             {

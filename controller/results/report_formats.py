@@ -36,6 +36,9 @@ def report_junit(report: dict[str, Any], items: list[dict[str, Any]] | None = No
     ET.SubElement(
         props, "property", {"name": "ledger_head", "value": str(report.get("ledger_head") or "")}
     )
+    # What started the run (commit, ref, pipeline URL, --label): CI tools show properties.
+    for key, value in sorted((report.get("labels") or {}).items()):
+        ET.SubElement(props, "property", {"name": f"label.{_clean(key)}", "value": _clean(value)})
     by_sandbox: dict[str, list[dict[str, Any]]] = {}
     for item in items or []:
         by_sandbox.setdefault(item["sandbox_id"], []).append(item)
@@ -119,6 +122,7 @@ def report_markdown(report: dict[str, Any], problems: list[dict[str, Any]] | Non
         f"Ledger head: `{report.get('ledger_head') or 'none'}` (check it with "
         f"`simplectl verify {report['run_id']}`)",
         "",
+        *_labels_line(report.get("labels") or {}),
         "| template | status | attempts | exit | duration (s) | cost ($) | error | stage |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -141,6 +145,21 @@ def report_markdown(report: dict[str, Any], problems: list[dict[str, Any]] | Non
         lines += [f"| {_cell(p['item_id'])} | {p['template_id']} | {p['outcome']} | "
                   f"{_cell(p['reason'] or p['error'] or '')} |" for p in problems]
     return "\n".join(lines) + "\n"
+
+
+def _labels_line(labels: dict[str, str]) -> list[str]:
+    """`Labels: `commit=…` · `ref=…``, each a code span (untrusted: nothing renders), or none."""
+    if not labels:
+        return []
+    spans = [_code(f"{key}={value}") for key, value in sorted(labels.items())]
+    return ["Labels: " + " · ".join(spans), ""]
+
+
+def _code(value: str) -> str:
+    """Untrusted text as one inline code span, one line."""
+    text = _clean(value).replace("\r", " ").replace("\n", " ")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
 
 
 def _cell(value: str) -> str:
