@@ -11,10 +11,10 @@ STAMP := $(VENV)/.installed
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[all,dev]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[all,dev]'
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv with SIMPLE and its dev tools

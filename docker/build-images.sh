@@ -49,16 +49,27 @@ choose_base() {
     fi
 }
 
-# Requirement lines from pyproject.toml: "deps" = the dependencies plus the [all]
-# extra; "httpx" = the pinned httpx only.
+# Requirement lines: "deps" = the controller's (the base dependencies plus the server and
+# backend extras of pyproject.toml), "httpx" = httpx only; each at the version
+# constraints.txt pins (what was tested), else as pyproject.toml says.
 pinned() {
     "$PYTHON" - "$1" <<'PY'
-import sys, tomllib
+import re, sys, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-deps = project["dependencies"] + project["optional-dependencies"]["all"]
+extras = project["optional-dependencies"]
+deps = project["dependencies"] + extras["server"]
+for extra in ("postgres", "s3", "docker", "kubernetes"):
+    deps += [d for d in extras[extra] if not d.startswith(project["name"])]
+def name(line):  # "psycopg[binary]>=3,<4" -> ("psycopg", "[binary]")
+    found = re.match(r"\s*([A-Za-z0-9._-]+)\s*(\[[^\]]*\])?", line)
+    return found.group(1).lower(), found.group(2) or ""
+pins = {name(line)[0]: line.strip().split("==", 1)[1] for line in open("constraints.txt")
+        if line.strip() and not line.startswith("#")}
 if sys.argv[1] == "httpx":
-    deps = [d for d in deps if d.split("==")[0].strip().lower() == "httpx"]
-print("\n".join(deps))
+    deps = [d for d in deps if name(d)[0] == "httpx"]
+for dep in deps:
+    key, extras = name(dep)
+    print(f"{dep[:len(key)]}{extras}=={pins[key]}" if key in pins else dep)
 PY
 }
 
