@@ -91,9 +91,10 @@ class ApiClient:
                 f"cannot reach the SIMPLE server at {origin}: gave up after waiting "
                 f"{_duration(self.patience_s)} (--wait-timeout) for {what}: {_describe(problem)}"
             )
-        return Unreachable(
-            message, hint="check --server / SIMPLE_SERVER and that the server is up"
-        )
+        hint = "check --server / SIMPLE_SERVER and that the server is up"
+        if "stream" in what:
+            hint += "; `simplectl status RUN` shows the run, which may still be going"
+        return Unreachable(message, hint=hint)
 
     def get(self, path: str, **kwargs: Any) -> Any:
         return self.request("GET", path, **kwargs).json()
