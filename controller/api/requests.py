@@ -99,6 +99,7 @@ class RunCreate(BaseModel):
         max_length=MAX_LABELS,
         description="What started the run, as key=value pairs (e.g. commit, ref, "
         "pipeline_url); shown with the run and its reports, filterable in GET /v1/runs",
+        json_schema_extra={"additionalProperties": False},  # only keys of the pattern
     )
 
     def plan_request(self) -> PlanRequest:
