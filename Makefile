@@ -6,15 +6,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install quick test faults lint typecheck checkov check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-k8s bench-dashboard bench-batch bench-principal clean
+.PHONY: help install quick test faults lint typecheck checkov check release release-files push bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-k8s bench-dashboard bench-batch bench-principal clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[all,dev]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[all,dev]'
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv with SIMPLE and its dev tools
@@ -80,7 +80,34 @@ bench-principal: $(STAMP) ## The principal's reading of an independent corpus: r
 bench-aggregate: $(STAMP) ## Snapshot aggregation with COPY vs a minimal COPY script and row INSERTs
 	$(BIN)/python -m bench.aggregate_bench
 
+# --- release: nothing here pushes but `make push` ---------------------------------------
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' controller/__init__.py)
+DIST ?= dist
+HELM ?= .cache/bin/helm
+REGISTRY ?=
+RELEASE_IMAGES := simple-controller simple-sandbox simple-cli
+
+release-files: $(STAMP) ## sdist + wheel and the packaged chart (version = appVersion = VERSION) into DIST
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	$(BIN)/python -m build -q --sdist --wheel --outdir $(DIST) . >/dev/null
+	rm -rf build/lib build/bdist.* *.egg-info
+	test -x $(HELM) || bash scripts/install-k8s-tools.sh
+	$(HELM) package charts/simple --version $(VERSION) --app-version $(VERSION) -d $(DIST)
+
+release: release-files ## release-files, the images tagged VERSION (controller, sandbox, CLI), then check it all
+	bash docker/build-images.sh sandbox controller cli
+	REQUIRE_IMAGES=1 bash scripts/check-release.sh $(DIST)
+
+push: ## Push the images and the chart (OCI) of `make release` to REGISTRY=host/namespace
+	@test -n "$(REGISTRY)" || { echo "make push: set REGISTRY=host/namespace (e.g. ghcr.io/acme)" >&2; exit 2; }
+	@test -f $(DIST)/simple-$(VERSION).tgz || { echo "make push: run make release first" >&2; exit 2; }
+	for image in $(RELEASE_IMAGES); do \
+		docker tag $$image:$(VERSION) $(REGISTRY)/$$image:$(VERSION) && \
+		docker push $(REGISTRY)/$$image:$(VERSION) || exit 1; \
+	done
+	$(HELM) push $(DIST)/simple-$(VERSION).tgz oci://$(REGISTRY)/charts
+
 clean: ## Remove the virtualenv and local state
-	rm -rf $(VENV) .venv-checkov .simple build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-checkov .simple build dist .mypy_cache .ruff_cache .pytest_cache
 
 include mk/images.mk

@@ -124,6 +124,7 @@ def create_run(
                     confirm_over=bool(body.get("confirm_over")),
                     alerts=[],
                     rerun_of=rerun_of,
+                    labels=dict(body.get("labels") or {}),
                 )
             )
             conn.execute(insert(sandboxes), [r for r, _ in rows])
@@ -265,10 +266,18 @@ def get_run_row(engine: Engine, run_id: str) -> Any:
     return run
 
 
-def list_runs(engine: Engine, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
+def list_runs(
+    engine: Engine,
+    limit: int = 50,
+    status: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The latest runs, newest first; with `labels`, only those carrying every pair."""
     query = select_runs().order_by(runs.c.created_at.desc()).limit(limit)
     if status:
         query = query.where(runs.c.status == status)
+    for key, value in (labels or {}).items():
+        query = query.where(runs.c.labels[key].as_string() == value)
     with engine.connect() as conn:
         return [public_run(vars(r)) for r in with_plans(conn, conn.execute(query).all())]
 
@@ -309,6 +318,7 @@ def public_run(row: dict[str, Any]) -> dict[str, Any]:
         "confirm_over": bool(row.get("confirm_over")),
         "hold_reason": row.get("hold_reason"),
         "alerts": row.get("alerts") or [],
+        "labels": row.get("labels") or {},
         "created_at": _iso(row["created_at"]),
         "started_at": _iso(row["started_at"]),
         "finished_at": _iso(row["finished_at"]),

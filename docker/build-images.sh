@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Build the SIMPLE images: simple-sandbox and simple-controller, tagged latest, the chart's
-# appVersion and the package's version (`make images`).
+# Build the SIMPLE images: simple-sandbox:latest, simple-controller:latest (`make images`)
+# and simple-cli:latest (the client alone; `make release` builds it too), each also tagged
+# with the chart's appVersion and the package's version (controller/__init__.py).
 #
-# Usage: docker/build-images.sh [sandbox] [controller]    (default: both)
+# Usage: docker/build-images.sh [sandbox] [controller] [cli]    (default: sandbox controller)
 #
 # 1. Base: BASE_IMAGE if set; else python:3.11-slim when it is present locally;
 #    else simple-base:bookworm, built from Debian packages by build-base.sh, so
@@ -14,7 +15,7 @@
 # 3. docker build of Dockerfile.sandbox and Dockerfile.controller.
 #
 # Environment: BASE_IMAGE, PYTHON (interpreter with pip; default .venv/bin/python
-# or python3), SANDBOX_TAG, CONTROLLER_TAG.
+# or python3), SANDBOX_TAG, CONTROLLER_TAG, CLI_TAG.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,7 +24,9 @@ cd "$ROOT"
 SANDBOX_TAG="${SANDBOX_TAG:-simple-sandbox:latest}"
 CONTROLLER_TAG="${CONTROLLER_TAG:-simple-controller:latest}"
 APP_VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/simple/Chart.yaml)"
-PACKAGE_VERSION="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' controller/__init__.py)"
+CLI_TAG="${CLI_TAG:-simple-cli:latest}"
+# The package's version: what `simplectl --version` says, and the packaged chart's appVersion.
+VERSION="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' controller/__init__.py)"
 PY_VERSION="3.11"  # the images' Python: python:3.11-slim and Debian bookworm's python3
 if [[ -z "${PYTHON:-}" ]]; then
     if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
@@ -35,7 +38,7 @@ log() { echo "build-images: $*" >&2; }
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(sandbox controller)
 for t in "${targets[@]}"; do
-    [[ "$t" == sandbox || "$t" == controller ]] || { log "unknown image '$t' (sandbox, controller)"; exit 2; }
+    [[ "$t" == sandbox || "$t" == controller || "$t" == cli ]] || { log "unknown image '$t' (sandbox, controller, cli)"; exit 2; }
 done
 
 docker version >/dev/null 2>&1 || { log "the Docker engine is unreachable (is dockerd running? DOCKER_HOST?)"; exit 1; }
@@ -51,16 +54,29 @@ choose_base() {
     fi
 }
 
-# Requirement lines from pyproject.toml: "deps" = the dependencies plus the [all]
-# extra; "httpx" = the pinned httpx only.
+# Requirement lines: "deps" = the controller's (the base dependencies plus the server and
+# backend extras of pyproject.toml), "base" = the client's, "httpx" = httpx only; each at the version
+# constraints.txt pins (what was tested), else as pyproject.toml says.
 pinned() {
     "$PYTHON" - "$1" <<'PY'
-import sys, tomllib
+import re, sys, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-deps = project["dependencies"] + project["optional-dependencies"]["all"]
+extras = project["optional-dependencies"]
+deps = project["dependencies"] + extras["server"]
+for extra in ("postgres", "s3", "docker", "kubernetes"):
+    deps += [d for d in extras[extra] if not d.startswith(project["name"])]
+if sys.argv[1] == "base":
+    deps = project["dependencies"]
+def name(line):  # "psycopg[binary]>=3,<4" -> ("psycopg", "[binary]")
+    found = re.match(r"\s*([A-Za-z0-9._-]+)\s*(\[[^\]]*\])?", line)
+    return found.group(1).lower(), found.group(2) or ""
+pins = {name(line)[0]: line.strip().split("==", 1)[1] for line in open("constraints.txt")
+        if line.strip() and not line.startswith("#")}
 if sys.argv[1] == "httpx":
-    deps = [d for d in deps if d.split("==")[0].strip().lower() == "httpx"]
-print("\n".join(deps))
+    deps = [d for d in deps if name(d)[0] == "httpx"]
+for dep in deps:
+    key, extras = name(dep)
+    print(f"{dep[:len(key)]}{extras}=={pins[key]}" if key in pins else dep)
 PY
 }
 
@@ -102,15 +118,26 @@ prepare_sandbox_wheels() {
     download_wheels build/wheels-sandbox "${reqs[@]}"
 }
 
-prepare_controller_wheels() {
-    local reqs
-    mapfile -t reqs < <(pinned deps)
-    download_wheels build/wheels-controller "${reqs[@]}"
+project_wheel() {
     # The project changes with every edit: always rebuild its (pure Python) wheel, in its
     # own directory so the dependency layer of the image stays cached.
     rm -rf build/wheels-project
     "${PIP[@]}" wheel -q --no-deps -w build/wheels-project .
     rm -rf build/lib build/bdist.* 2>/dev/null || true
+}
+
+prepare_controller_wheels() {
+    local reqs
+    mapfile -t reqs < <(pinned deps)
+    download_wheels build/wheels-controller "${reqs[@]}"
+    project_wheel
+}
+
+prepare_cli_wheels() {
+    local reqs
+    mapfile -t reqs < <(pinned base)
+    download_wheels build/wheels-cli "${reqs[@]}"
+    project_wheel
 }
 
 build_image() {
@@ -122,7 +149,7 @@ build_image() {
     # Also tagged with the chart's appVersion (what the Helm chart runs by default) and
     # the package's version (SIMPLE_DEFAULT_IMAGE's default: simple-sandbox:<version>).
     docker tag "$tag" "${tag%:*}:$APP_VERSION"
-    docker tag "$tag" "${tag%:*}:$PACKAGE_VERSION"
+    docker tag "$tag" "${tag%:*}:$VERSION"
     # Drop the image this tag replaced (only ours, and only if nothing uses it).
     if [[ -n "$old" && "$old" != "$new" ]]; then
         docker image rm "$old" >/dev/null 2>&1 || true
@@ -137,10 +164,14 @@ for t in "${targets[@]}"; do
         prepare_sandbox_wheels
         build_image Dockerfile.sandbox "$SANDBOX_TAG"
         built+=("$SANDBOX_TAG")
-    else
+    elif [[ "$t" == controller ]]; then
         prepare_controller_wheels
         build_image Dockerfile.controller "$CONTROLLER_TAG"
         built+=("$CONTROLLER_TAG")
+    else
+        prepare_cli_wheels
+        build_image Dockerfile.cli "$CLI_TAG"
+        built+=("$CLI_TAG")
     fi
 done
 

@@ -4,13 +4,14 @@ and the bounds it is checked against. The response models are in `responses.py`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
+    StringConstraints,
     ValidationError,
     field_validator,
     model_validator,
@@ -45,6 +46,14 @@ class StageRequest(BaseModel):
 
     def stage(self) -> Stage:
         return Stage(tuple(self.templates), parse_policy(self.policy))
+
+
+MAX_LABELS = 32
+# Like a Kubernetes label name (a prefix/ allowed): starts and ends with a letter or digit.
+LABEL_KEY_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$"
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN)]
+# A value is shown on pages and in reports: one line, no control characters.
+LabelValue = Annotated[str, StringConstraints(max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 
 class RunCreate(BaseModel):
@@ -84,6 +93,13 @@ class RunCreate(BaseModel):
     )
     batch_size: int | None = Field(
         None, ge=1, le=MAX_BATCH_SIZE, description="Items per sandbox at most (default 100)"
+    )
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        max_length=MAX_LABELS,
+        description="What started the run, as key=value pairs (e.g. commit, ref, "
+        "pipeline_url); shown with the run and its reports, filterable in GET /v1/runs",
+        json_schema_extra={"additionalProperties": False},  # only keys of the pattern
     )
 
     def plan_request(self) -> PlanRequest:

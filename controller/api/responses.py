@@ -219,6 +219,9 @@ class _RunFields(_Public):
     max_parallel: int
     cancel_requested: bool
     error: str | None
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="The labels the run was started with"
+    )
     created_at: Timestamp
     started_at: Timestamp
     finished_at: Timestamp
@@ -317,6 +320,9 @@ class Report(_Public):
     created_at: Timestamp
     finished_at: Timestamp
     plan: PlanPublic
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="The labels the run was started with"
+    )
     sandboxes: list[ReportSandbox] = Field(
         description="A page of rows, in launch order (`limit`, `offset`); totals cover all"
     )

@@ -26,6 +26,7 @@ from controller.cli.common import (
     err,
     errors_to_exit,
 )
+from controller.cli.servers import embedded_allowed
 
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Confirm what the request needs.")]
 Conversation = Annotated[
@@ -53,11 +54,14 @@ def ask(
             _follow(client, reply["run"]["run_id"])
     if reply.get("kind") in FAILED_KINDS:
         raise typer.Exit(int(Exit.FAILED))
-    if reply.get("needs_confirmation") and not as_json:
+    if reply.get("needs_confirmation"):
         # An embedded controller's conversations end with the command: only --yes helps.
         later = "" if embedded else (
             f"answer `simplectl ask --conversation {reply['conversation_id']} yes`, or ")
         err.print(f"(nothing was done: {later}ask again with --yes)")
+    if reply.get("kind") == "confirm":
+        # a run was asked for and is held for a yes: a script must not read that as done
+        raise typer.Exit(int(Exit.NEEDS_YES))
 
 
 def chat(server: Server = None, token: Token = None, catalog: Catalogs = None) -> None:
@@ -95,6 +99,7 @@ def _session(
         with api_client(server, token, catalog) as client:
             yield client, False
         return
+    embedded_allowed("simplectl ask/chat")
     from controller.cli.embedded import EmbeddedServer
 
     with EmbeddedServer(cli_settings(catalog)) as embedded, api_client(

@@ -1,10 +1,17 @@
-"""HTTP client of the controller API, with retries of what is known to be transient."""
+"""HTTP client of the controller API, with retries of what is known to be transient.
+
+By default a call is tried `attempts` times. With `patience_s` (what `run --wait` sets
+from `--wait-timeout`) a controller that went away — a restart, a rolling upgrade, a
+load balancer's failover — is waited for that long, saying so through `on_wait`, and
+the run's stream resumes where it left off (Last-Event-ID). Giving up raises
+`Unreachable`: the CLI's exit 5, never the exit that means a sandbox failed.
+"""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -34,11 +41,19 @@ class ApiError(Exception):
         return f"{self.message} (hint: {self.hint})" if self.hint else self.message
 
 
+class Unreachable(ApiError):
+    """The controller could not be reached (refused, hung up, 502/503/504 …) in time."""
+
+
 class ApiClient:
     """Calls the API on `http`, an httpx.Client with the server's base URL."""
 
     def __init__(self, http: httpx.Client, attempts: int = 5, base_delay_s: float = 0.5) -> None:
         self.http, self.attempts, self.base_delay_s = http, attempts, base_delay_s
+        self.patience_s: float | None = None  # None: `attempts` tries; else a time window
+        self.on_wait: Callable[[str], None] = lambda _message: None
+        self.clock: Callable[[], float] = time.monotonic
+        self.sleep: Callable[[float], None] = time.sleep
 
     @classmethod
     def remote(cls, server: str, token: str | None) -> ApiClient:
@@ -47,29 +62,39 @@ class ApiClient:
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One call; connection errors and 429/5xx-unavailable are retried with backoff."""
-        last: Exception | None = None
-        for attempt in range(1, self.attempts + 1):
+        outage = _Outage(self, f"{method} {path}")
+        while True:
             try:
                 response = self.http.request(method, path, **kwargs)
             except httpx.TransportError as e:
-                last = e
+                problem: object = e
             else:
-                if response.status_code not in RETRIED_STATUS or attempt == self.attempts:
+                if response.status_code not in RETRIED_STATUS:
+                    outage.over()
                     return _checked(response)
-                last = ApiError(
-                    f"{method} {path}: HTTP {response.status_code}", response.status_code
-                )
-            if attempt < self.attempts:
-                self._backoff(attempt)
-        raise ApiError(
-            f"cannot reach the SIMPLE server at {_origin(self.http.base_url)} after "
-            f"{self.attempts} attempts: {_describe(last)}",
-            hint="check --server / SIMPLE_SERVER and that the server is up",
-        ) from last
+                problem = f"HTTP {response.status_code}"
+            outage.failed(problem)
 
     def _backoff(self, attempt: int) -> None:
         """Capped exponential backoff with full jitter before attempt `attempt + 1`."""
-        time.sleep(backoff_s(attempt, self.base_delay_s, MAX_DELAY_S))
+        self.sleep(backoff_s(attempt, self.base_delay_s, MAX_DELAY_S))
+
+    def unreachable(self, failures: int, problem: object, what: str) -> Unreachable:
+        origin = _origin(self.http.base_url)
+        if self.patience_s is None:
+            message = (
+                f"cannot reach the SIMPLE server at {origin} after {failures} attempts "
+                f"({what}): {_describe(problem)}"
+            )
+        else:
+            message = (
+                f"cannot reach the SIMPLE server at {origin}: gave up after waiting "
+                f"{_duration(self.patience_s)} (--wait-timeout) for {what}: {_describe(problem)}"
+            )
+        hint = "check --server / SIMPLE_SERVER and that the server is up"
+        if "stream" in what:
+            hint += "; `simplectl status RUN` shows the run, which may still be going"
+        return Unreachable(message, hint=hint)
 
     def get(self, path: str, **kwargs: Any) -> Any:
         return self.request("GET", path, **kwargs).json()
@@ -91,11 +116,11 @@ class ApiClient:
         """Server-sent events as (kind, data) until `end`; reconnects with Last-Event-ID.
 
         A dropped connection, a stream that closes before `end`, or a 429/502/503/504
-        is retried with backoff; after `attempts` reconnections in a row that brought
-        nothing new, it gives up.
+        is retried with backoff, until `attempts` reconnections in a row brought nothing
+        new (or, with `patience_s`, until that long has passed without a message).
         """
         last_id: str | None = None
-        failures = 0
+        outage = _Outage(self, f"the event stream of {path}")
         while True:
             headers = {"Last-Event-ID": last_id} if last_id else {}
             problem: object = "the stream closed before its end"
@@ -108,21 +133,58 @@ class ApiClient:
                         problem = f"HTTP {r.status_code}"
                     else:
                         for kind, event_id, data in _parse_sse(r.iter_lines()):
-                            failures = 0
+                            outage.over()
                             last_id = event_id or last_id
                             yield kind, data
                             if kind == "end":
                                 return
             except httpx.TransportError as e:
                 problem = e
-            failures += 1
-            if failures >= self.attempts:
-                raise ApiError(
-                    f"lost the event stream of {path} after {failures} attempts: "
-                    f"{_describe(problem)}",
-                    hint="check the server; `simplectl status RUN` shows the run",
-                ) from (problem if isinstance(problem, Exception) else None)
-            self._backoff(failures)
+            outage.failed(problem)
+
+
+class _Outage:
+    """The failures in a row of one call or stream: when to retry, what to say, when to
+    give up (raising Unreachable)."""
+
+    SAY_EVERY_S = 30.0
+
+    def __init__(self, client: ApiClient, what: str) -> None:
+        self.client, self.what = client, what
+        self.failures = 0
+        self.since = self.said = 0.0
+
+    def failed(self, problem: object) -> None:
+        """Count a failure: back off, or raise Unreachable when it is time to give up."""
+        client, now = self.client, self.client.clock()
+        self.failures += 1
+        if self.failures == 1:
+            self.since = now
+        if client.patience_s is None:
+            out_of_time = self.failures >= client.attempts
+        else:
+            out_of_time = now - self.since >= client.patience_s
+            if self.failures == 1 or now - self.said >= self.SAY_EVERY_S:
+                self.said = now
+                left = max(client.patience_s - (now - self.since), 0.0)
+                client.on_wait(
+                    f"the controller at {_origin(client.http.base_url)} does not answer "
+                    f"({_describe(problem)}); waiting for it to come back, {_duration(left)} "
+                    f"left (--wait-timeout), to resume {self.what}"
+                )
+        if out_of_time:
+            cause = problem if isinstance(problem, Exception) else None
+            raise client.unreachable(self.failures, problem, self.what) from cause
+        client._backoff(self.failures)
+
+    def over(self) -> None:
+        """The server answered: the outage (if any) is over."""
+        if self.failures and self.client.patience_s is not None:
+            self.client.on_wait(
+                f"the controller answers again after {_duration(self.client.clock() - self.since)}"
+                f"; resuming {self.what}"
+            )
+        self.failures = 0
 
 
 def _parse_sse(lines: Iterator[str]) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
@@ -145,6 +207,16 @@ def _parse_sse(lines: Iterator[str]) -> Iterator[tuple[str, str | None, dict[str
 
 def _origin(url: httpx.URL) -> str:
     return str(url).rstrip("/")
+
+
+def _duration(seconds: float) -> str:
+    """12 s, 4m05s, 1h02m."""
+    whole = int(seconds + 0.5)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
 def _describe(problem: object) -> str:

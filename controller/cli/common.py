@@ -1,34 +1,43 @@
-"""What every `simplectl` command shares: settings, the API client, errors to exit codes."""
+"""What every `simplectl` command shares: settings, the API client, errors to exit codes.
+
+Import-light: the client paths run on the base install (httpx, typer, rich), so server
+modules (settings, the embedded controller) are imported only where they are used.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from enum import IntEnum
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from controller.cli.client import ApiClient, ApiError
+from controller.cli.client import ApiClient, ApiError, Unreachable
+from controller.cli.exits import Exit, err, fail
+from controller.cli.servers import checked_server, embedded_allowed
 from controller.errors import ConfigError, SimpleError
-from controller.planning.model import Priority
-from controller.settings import Settings, load_settings
 
-err = Console(stderr=True, markup=False)
+if TYPE_CHECKING:
+    from controller.settings import Settings
+
+class Priority(StrEnum):
+    """The planner's priorities (controller.planning.model.Priority; a test keeps them equal)."""
+
+    SPEED = "speed"
+    COST = "cost"
+    BALANCED = "balanced"
 
 
-class Exit(IntEnum):
-    OK = 0
-    FAILED = 1
-    USAGE = 2
-    BUDGET = 3
-    CANCELLED = 4
+# The most sandboxes one GET /v1/runs/{id} returns (controller.runs.SANDBOX_PAGE_MAX).
+SANDBOX_PAGE_MAX = 1000
 
+
+__all__ = ["Exit", "err", "fail"]  # re-exported: every command imports them from here
 
 RUN_EXIT = {
     "succeeded": Exit.OK,
@@ -40,7 +49,10 @@ RUN_EXIT = {
 Server = Annotated[
     str | None,
     typer.Option(
-        "--server", envvar="SIMPLE_SERVER", help="Controller URL; default: local embedded."
+        "--server",
+        envvar="SIMPLE_SERVER",
+        callback=checked_server,
+        help="Controller URL; default: local embedded (empty: an error).",
     ),
 ]
 TOKEN_ON_COMMAND_LINE = (
@@ -90,8 +102,46 @@ Catalogs = Annotated[
 ]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Log the controller's work.")]
 
+_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `text`: 900, 90s, 15m, 1h30m. ValueError when it is none of these."""
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or match is None:
+        raise ValueError(f"{text!r} is not a duration (e.g. 30s, 15m, 1h)")
+    hours, minutes, seconds = match.groups()
+    return int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds or 0)
+
+
+def _wait_timeout(value: str | float) -> float:
+    if isinstance(value, int | float):  # the default
+        return float(value)
+    try:
+        return parse_duration(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+WaitTimeout = Annotated[
+    float,
+    typer.Option(
+        "--wait-timeout",
+        envvar="SIMPLE_WAIT_TIMEOUT",
+        parser=_wait_timeout,
+        metavar="DURATION",
+        show_default="15m",
+        help="With --server: how long to wait for a controller that went away "
+        "(restart, upgrade, failover) before giving up with exit 5: 30s, 15m, 1h.",
+    ),
+]
+DEFAULT_WAIT_TIMEOUT_S = 900.0
+
 
 def cli_settings(catalog: list[Path] | None = None, **overrides: Any) -> Settings:
+    """The embedded controller's settings (needs the `server` extra: see embedded_allowed)."""
+    from controller.settings import load_settings
+
     try:
         settings = load_settings()
     except ConfigError as e:  # callers such as `serve` run it outside errors_to_exit
@@ -102,11 +152,6 @@ def cli_settings(catalog: list[Path] | None = None, **overrides: Any) -> Setting
     return settings.model_copy(update=update)
 
 
-def fail(message: str, code: Exit = Exit.USAGE) -> typer.Exit:
-    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True, markup=True)
-    return typer.Exit(int(code))
-
-
 @contextmanager
 def errors_to_exit() -> Iterator[None]:
     """Map errors to one clear line and an exit code."""
@@ -114,6 +159,8 @@ def errors_to_exit() -> Iterator[None]:
         yield
     except ConfigError as e:  # a setting or a missing extra: the user's to fix
         raise fail(str(e), Exit.USAGE) from None
+    except Unreachable as e:
+        raise fail(str(e), Exit.UNREACHABLE) from None
     except ApiError as e:
         status = e.status or 0
         raise fail(str(e), Exit.USAGE if 400 <= status < 500 else Exit.FAILED) from None
@@ -134,6 +181,7 @@ def api_client(
             )
         yield ApiClient.remote(server, token)
         return
+    embedded_allowed()
     from controller.cli.embedded import EmbeddedServer
 
     with EmbeddedServer(

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from controller.cli.common import Exit, err, errors_to_exit, fail, setup_logging
+from controller.cli.servers import server_extra_installed
 from controller.errors import UnavailableError
-from controller.settings import load_settings
 
 db_app = typer.Typer(help="Database maintenance: the schema against this code.",
                      no_args_is_help=True)
@@ -24,10 +24,13 @@ Wait = Annotated[
 POLL_S = 1.0
 
 
-def _engine() -> Any:
+def _engine(what: str) -> Any:
+    """An engine on SIMPLE_DATABASE_URL; exit 2 naming the extra without the server's."""
+    server_extra_installed(f"simplectl db {what}")
     import logging
 
     from controller.db.engine import create_db_engine
+    from controller.settings import load_settings
 
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # a line per plugin
 
@@ -60,7 +63,7 @@ def db_upgrade(wait: Wait = 0) -> None:
 
     setup_logging(True)
     with errors_to_exit():
-        engine = _engine()
+        engine = _engine("upgrade")
         found = _schema(engine, wait)
         if found.state is SchemaState.AHEAD_READABLE:  # a rollback past additive migrations
             err.print(f"{found.describe()}; nothing to upgrade")
@@ -76,7 +79,7 @@ def db_upgrade(wait: Wait = 0) -> None:
 def db_current(wait: Wait = 0) -> None:
     """Print the database's revision, this code's head, and whether this code runs on it."""
     with errors_to_exit():
-        found = _schema(_engine(), wait)
+        found = _schema(_engine("current"), wait)
     typer.echo(f"database: {found.current or '-'}\ncode head: {found.head}\n"
                f"state: {found.state.value}")
 
@@ -85,7 +88,7 @@ def db_current(wait: Wait = 0) -> None:
 def db_check(wait: Wait = 0) -> None:
     """Exit 0 if this code can run on the database's schema, 1 (saying why) if not."""
     with errors_to_exit():
-        found = _schema(_engine(), wait)
+        found = _schema(_engine("check"), wait)
     if not found.usable:
         raise fail(found.describe(), Exit.FAILED)
     err.print(found.describe())
@@ -105,7 +108,7 @@ def db_downgrade(
 
     setup_logging(True)
     with errors_to_exit():
-        engine = _engine()
+        engine = _engine("downgrade")
         found = _schema(engine, wait)
         known = known_revisions()
         if revision not in known:

@@ -10,22 +10,39 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from controller.cli.common import Catalogs, Server, Token, api_client, err, errors_to_exit
-from controller.runs import SANDBOX_PAGE_MAX
+from controller.cli.common import (
+    SANDBOX_PAGE_MAX,
+    Catalogs,
+    Server,
+    Token,
+    api_client,
+    err,
+    errors_to_exit,
+)
+from controller.cli.labels import parse_labels
 
 
 def status(
     run_id: Annotated[str | None, typer.Argument(help="A run id; none lists recent runs.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label", metavar="KEY=VALUE", help="List only runs with this label (repeatable)."
+        ),
+    ] = None,
     server: Server = None,
     token: Token = None,
 ) -> None:
-    """Show one run with its sandboxes, or list recent runs."""
+    """Show one run with its sandboxes, or list recent runs (--label: those carrying it)."""
+    filters = parse_labels(label)
     with errors_to_exit(), api_client(server, token) as client:
         data = (
             client.get(f"/v1/runs/{run_id}", params={"limit": SANDBOX_PAGE_MAX})
             if run_id
-            else client.get("/v1/runs")
+            else client.get(
+                "/v1/runs", params={"label": [f"{k}={v}" for k, v in filters.items()]}
+            )
         )
     if as_json:
         print(json.dumps(data, indent=2))
@@ -33,6 +50,9 @@ def status(
     out = Console()
     if run_id:
         out.print(f"run {data['run_id']}: {data['status']}", highlight=False)
+        if data.get("labels"):
+            out.print("  " + " ".join(f"{k}={v}" for k, v in sorted(data["labels"].items())),
+                      highlight=False, markup=False)
         for s in data["sandboxes"]:
             out.print(
                 f"  {s['sandbox_id']:<50} {s['status']:<10} step {s['step'] or 0}/"

@@ -30,6 +30,12 @@ from controller.cli.common import (
     setup_logging,
 )
 from controller.cli.db import db_app
+from controller.cli.servers import (
+    REQUIRE_ENV,
+    require_server,
+    server_extra_installed,
+    version_callback,
+)
 
 MIN_TOKEN_CHARS = 32  # an API token shorter than this is refused at `serve`
 
@@ -43,7 +49,24 @@ app = typer.Typer(
 
 @app.callback()
 def _global_options(
-    server: Server = None, token: Token = None, token_file: TokenFile = None
+    server: Server = None,
+    token: Token = None,
+    token_file: TokenFile = None,
+    required: Annotated[
+        bool,
+        typer.Option(
+            "--require-server",
+            envvar=REQUIRE_ENV,
+            help="Never start an embedded controller: without --server/SIMPLE_SERVER, "
+            "exit 2 (for pipelines).",
+        ),
+    ] = False,
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
 ) -> None:
     # `simplectl --server URL --token-file F run …` as well as `simplectl run --server URL …`:
     # the global options reach every command through the variables its options read.
@@ -53,6 +76,7 @@ def _global_options(
         token = read_token_file(token_file)
     if token:
         os.environ["SIMPLE_TOKEN"] = token
+    require_server(required)
 
 
 app.add_typer(db_app, name="db")
@@ -83,6 +107,7 @@ def serve(
     verbose: Verbose = True,
 ) -> None:
     """Serve the controller API (migrations are applied at start)."""
+    server_extra_installed("simplectl serve")
     from controller.api.app import create_app
     from controller.cli.embedded import (
         bound_socket,

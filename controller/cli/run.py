@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
 
 from controller.cli.client import ApiClient
 from controller.cli.common import (
+    DEFAULT_WAIT_TIMEOUT_S,
     RUN_EXIT,
     Catalogs,
     Exit,
+    Priority,
     Server,
     Token,
     Verbose,
+    WaitTimeout,
     api_client,
     cli_settings,
     err,
@@ -28,7 +31,8 @@ from controller.cli.common import (
     run_body,
     setup_logging,
 )
-from controller.planning.model import Priority
+from controller.cli.labels import Labels, run_labels
+from controller.cli.servers import embedded_allowed, server_extra_installed
 
 ItemsFile = Annotated[
     Path | None,
@@ -41,10 +45,10 @@ BatchSize = Annotated[
 
 def items_body(items: Path | None, batch_size: int | None) -> dict[str, Any]:
     """The request's `items` and `batch_size`, read and checked here (exit 2 if bad)."""
-    from controller.catalog.batches import read_items_file
-
     body: dict[str, Any] = {}
     if items is not None:
+        from controller.catalog.batches import read_items_file
+
         body["items"] = [{"item_id": i.item_id, "data": i.data} for i in read_items_file(items)]
     if batch_size is not None:
         body["batch_size"] = batch_size
@@ -106,11 +110,33 @@ def run(
             "until `simplectl confirm RUN`.",
         ),
     ] = False,
+    wait_timeout: WaitTimeout = DEFAULT_WAIT_TIMEOUT_S,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="With --server: start, print the run id, return.")
+    ] = False,
+    cancel_on_interrupt: Annotated[
+        bool,
+        typer.Option(
+            "--cancel-on-interrupt/--no-cancel-on-interrupt",
+            help="With --server: SIGINT/SIGTERM while waiting cancels the run (exit 4); "
+            "with --no-cancel-on-interrupt the run goes on (exit 128+signal).",
+        ),
+    ] = True,
+    label: Labels = None,
+    ci_labels: Annotated[
+        bool,
+        typer.Option(
+            "--ci-labels/--no-ci-labels",
+            help="Label the run with the commit, ref and pipeline URL of GitHub Actions "
+            "or GitLab CI, from their variables.",
+        ),
+    ] = True,
     verbose: Verbose = False,
 ) -> None:
     """Plan and run templates, print the report.
 
-    Exit 0 all succeeded, 1 some failed, 2 usage or input error, 3 budget, 4 cancelled.
+    Exit 0 all succeeded, 1 some failed, 2 usage or input error, 3 budget, 4 cancelled
+    (also by SIGINT/SIGTERM), 5 controller unreachable past --wait-timeout.
     """
     setup_logging(verbose)
     names = names or []
@@ -118,7 +144,12 @@ def run(
         raise fail(f"unknown backend {backend!r}; use process, docker or kubernetes")
     if server and backend:
         raise fail("--backend applies to the embedded controller; the server has its own")
+    if detach and not server and not dry_run:
+        raise fail("--detach needs --server: the embedded controller ends with this command")
     body = run_body(names, budget, priority, parallel, query, seed, confirm_over)
+    labels = run_labels(label, ci_labels, os.environ)
+    if labels:
+        body["labels"] = labels
     with errors_to_exit():
         body.update(items_body(items, batch_size))
         if dry_run:
@@ -126,22 +157,32 @@ def run(
             return
         if server:
             with api_client(server, token, catalog) as client:
+                _patient(client, wait_timeout)
                 run_id = _start(client, body, idempotency_key)
-                if not wait:
+                if detach or not wait:
                     print(run_id)
                     return
-                from controller.cli.progress import wait_for_run
+                from controller.cli.progress import wait_for_served_run
 
-                final = wait_for_run(client, run_id)
+                final = wait_for_served_run(client, run_id, cancel_on_interrupt, as_json)
                 code = _finish(client, final, as_json, junit, markdown)
         else:
             code = _run_embedded(body, catalog, backend, as_json, junit, markdown, idempotency_key)
     raise typer.Exit(int(code))
 
 
+def _patient(client: ApiClient, wait_timeout: float) -> None:
+    """Survive the controller going away for up to `wait_timeout`, saying so on stderr."""
+    client.patience_s = wait_timeout
+    client.on_wait = lambda message: err.print(message, highlight=False, soft_wrap=True)
+
+
 def _dry_run(
     body: dict[str, Any], catalog: list[Path] | None, backend: str | None, output: str
 ) -> None:
+    server_extra_installed("simplectl run --dry-run")  # it renders with the server's modules
+    import yaml
+
     from controller.api.requests import RunCreate
     from controller.catalog.templates import load_catalog
     from controller.cli.dry_run import render_run
@@ -167,6 +208,7 @@ def _run_embedded(
     markdown: Path | None,
     key: str | None,
 ) -> Exit:
+    embedded_allowed("simplectl run")
     from controller.cli.embedded import EmbeddedServer
     from controller.cli.progress import wait_for_run_or_cancel
 

@@ -75,6 +75,8 @@ runs = Table(
     Column("rerun_of", String(63)),
     # 0020: when retention removed its logs, item files, resume copies, inputs and events
     Column("purged_at", UTCDateTime()),
+    # 0019: {key: value} the run was started with (commit, ref, pipeline …)
+    Column("labels", JSON),
     Index("ix_runs_status", "status"),
     Index("ix_runs_created_at", "created_at"),
     Index("ix_runs_finished_at", "finished_at"),

@@ -132,6 +132,7 @@ def build_report(
         "ledger_head": head,
         "rerun_of": run.get("rerun_of"),
         "alerts": run.get("alerts") or [],
+        "labels": run.get("labels") or {},
         "sandboxes_total": len(sandbox_rows),
         "sandboxes": [
             {

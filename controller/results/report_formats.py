@@ -38,6 +38,9 @@ def report_junit(report: dict[str, Any], items: list[dict[str, Any]] | None = No
     )
     if report.get("rerun_of"):  # the lineage: this run reran (what failed in) that one
         ET.SubElement(props, "property", {"name": "rerun_of", "value": report["rerun_of"]})
+    # What started the run (commit, ref, pipeline URL, --label): CI tools show properties.
+    for key, value in sorted((report.get("labels") or {}).items()):
+        ET.SubElement(props, "property", {"name": f"label.{_clean(key)}", "value": _clean(value)})
     by_sandbox: dict[str, list[dict[str, Any]]] = {}
     for item in items or []:
         by_sandbox.setdefault(item["sandbox_id"], []).append(item)
@@ -122,6 +125,7 @@ def report_markdown(report: dict[str, Any], problems: list[dict[str, Any]] | Non
         f"`simplectl verify {report['run_id']}`)",
         "",
         *([f"Rerun of `{report['rerun_of']}`", ""] if report.get("rerun_of") else []),
+        *_labels_line(report.get("labels") or {}),
         "| template | status | attempts | exit | duration (s) | cost ($) | error | stage |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -144,6 +148,21 @@ def report_markdown(report: dict[str, Any], problems: list[dict[str, Any]] | Non
         lines += [f"| {_cell(p['item_id'])} | {p['template_id']} | {p['outcome']} | "
                   f"{_cell(p['reason'] or p['error'] or '')} |" for p in problems]
     return "\n".join(lines) + "\n"
+
+
+def _labels_line(labels: dict[str, str]) -> list[str]:
+    """`Labels: `commit=…` · `ref=…``, each a code span (untrusted: nothing renders), or none."""
+    if not labels:
+        return []
+    spans = [_code(f"{key}={value}") for key, value in sorted(labels.items())]
+    return ["Labels: " + " · ".join(spans), ""]
+
+
+def _code(value: str) -> str:
+    """Untrusted text as one inline code span, one line."""
+    text = _clean(value).replace("\r", " ").replace("\n", " ")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
 
 
 def _cell(value: str) -> str:

@@ -145,6 +145,22 @@ class Served:
     data_dir: Path
     catalog_dir: Path
     cli_env: dict[str, str] = field(default_factory=dict)
+    serve_command: list[str] = field(default_factory=list)
+    serve_env: dict[str, str] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        """Stop the controller (SIGTERM, as Kubernetes does); its sandboxes go on."""
+        _stop(self.process)
+
+    def start_again(self) -> None:
+        """Start the controller again on the same port, database and data dir."""
+        assert self.process.poll() is not None, "stop it first"
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.serve_command, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env=self.serve_env, start_new_session=True,
+            )
+        _wait_healthy(self)
 
     @property
     def token(self) -> str:
@@ -290,9 +306,10 @@ def serve(settings: Settings, tmp_path: Path, ci_catalog: Path) -> Iterator[Serv
         if settings.process_python:
             env["SIMPLE_PROCESS_PYTHON"] = settings.process_python
         env.update(extra_env)
+        command = [*SIMPLECTL, "serve", "--host", "127.0.0.1", "--port", str(port)]
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [*SIMPLECTL, "serve", "--host", "127.0.0.1", "--port", str(port)],
+                command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -309,6 +326,8 @@ def serve(settings: Settings, tmp_path: Path, ci_catalog: Path) -> Iterator[Serv
             # If a command fell back to the embedded controller, it would use this
             # empty data dir, not the server's, and the test would notice.
             cli_env=clean_env(SIMPLE_DATA_DIR=str(tmp_path / "cli-data")),
+            serve_command=command,
+            serve_env=env,
         )
         started.append(served)
         _wait_healthy(served)

@@ -51,8 +51,20 @@ def _command_lines(shell: str) -> list[list[str]]:
     return [shlex.split(match.group(1)) for match in COMMAND.finditer(joined)]
 
 
+def _global_options() -> set[str]:
+    names: set[str] = set()
+    for param in typer.main.get_command(app).params:
+        names.update(o for o in [*param.opts, *param.secondary_opts] if o.startswith("-"))
+    return names
+
+
 def _check(argv: list[str], where: str) -> None:
     commands = _commands()
+    flags = {"--require-server", "--version"}  # global options that take no value
+    if argv == ["--version"]:
+        return
+    while argv and argv[0] in _global_options():
+        argv = argv[1:] if argv[0] in flags else argv[2:]
     assert argv and argv[0] in commands, f"{where}: unknown subcommand in simplectl {argv}"
     known = _options(commands[argv[0]])
     used = {token.split("=", 1)[0] for token in argv[1:] if token.startswith("-")}
@@ -92,7 +104,7 @@ def test_the_github_workflow_runs_the_suite_and_publishes_the_reports() -> None:
     assert job["env"]["SIMPLE_TOKEN"] == "${{ secrets.SIMPLE_TOKEN }}"
     assert "github.run_id" in job["env"]["SIMPLE_IDEMPOTENCY_KEY"]
     steps = job["steps"]
-    run = next(s for s in steps if "simplectl run" in s.get("run", ""))
+    run = next(s for s in steps if "simplectl --require-server run" in s.get("run", ""))
     (argv,) = _command_lines(run["run"])
     assert {"--wait", "--junit", "--markdown"} <= set(argv)
     assert argv[argv.index("--junit") + 1] == "report.xml"
@@ -159,3 +171,33 @@ def test_the_readme_points_at_the_guide_and_the_examples() -> None:
     for must in ("SIMPLE_API_TOKENS", "--idempotency-key", "| `4` |", "?format=junit",
                  "Last-Event-ID", "curl"):
         assert must in guide, must
+
+
+def test_pipelines_require_the_server_keep_tokens_off_command_lines_and_skip_forks() -> None:
+    workflow = yaml.safe_load(GITHUB.read_text())
+    pipeline = yaml.safe_load(GITLAB.read_text())
+    shells = {
+        GITHUB.name: _github_shell(workflow),
+        GITLAB.name: _gitlab_shell(pipeline),
+        GUIDE.name: re.findall(r"```sh\n(.*?)```", GUIDE.read_text(), re.S),
+    }
+    for where, snippets in shells.items():
+        # (a bare `simplectl run` is prose in a comment)
+        runs = [a for s in snippets for a in _command_lines(s) if "run" in a and len(a) > 1]
+        assert runs and all("--require-server" in argv for argv in runs), where
+        assert not any("--token" in argv for s in snippets for argv in _command_lines(s)), where
+    (job,) = workflow["jobs"].values()
+    assert "head.repo.full_name == github.repository" in job["if"], "fork pull requests skip"
+    rule = pipeline["simple"]["rules"][0]
+    assert "$SIMPLE_SERVER" in rule["if"] and rule["when"] == "never"
+    guide = GUIDE.read_text()
+    assert "## Pull requests from forks" in guide and "pull_request_target" in guide
+
+
+def test_the_exit_codes_tables_list_every_code() -> None:
+    from controller.cli.exits import Exit
+
+    for text in (README.read_text(), GUIDE.read_text()):
+        for code in Exit:
+            assert f"| `{int(code)}` |" in text, code
+        assert "`130`, `143`" in text

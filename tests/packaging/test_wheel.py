@@ -44,7 +44,7 @@ def test_wheel_carries_catalog_and_migrations(wheel: Path) -> None:
 def test_installed_wheel_runs_quick_from_a_neutral_directory(
     venv_factory: Callable[[str], InstalledVenv], tmp_path: Path
 ) -> None:
-    venv = venv_factory("")
+    venv = venv_factory("server")
     done = simplectl(venv, tmp_path, "run", "quick", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
@@ -57,7 +57,7 @@ def test_installed_wheel_runs_quick_from_a_neutral_directory(
 def test_ordinary_commands_print_nothing_on_stderr(
     venv_factory: Callable[[str], InstalledVenv], tmp_path: Path
 ) -> None:
-    venv = venv_factory("")
+    venv = venv_factory("server")
     for args in (["plan", "quick"], ["templates"]):
         done = simplectl(venv, tmp_path, *args)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -83,7 +83,7 @@ def test_missing_extra_exits_2_naming_it(
     env: dict[str, str],
     extra: str,
 ) -> None:
-    venv = venv_factory("")
+    venv = venv_factory("server")
     done = simplectl(venv, tmp_path, *args, env=env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr

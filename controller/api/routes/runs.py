@@ -6,10 +6,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import PlainTextResponse
+from pydantic import StringConstraints
 
 from controller.api.deps import Authorized, ControllerDep
 from controller.api.rendered import run_response
-from controller.api.requests import RunCreate
+from controller.api.requests import LABEL_KEY_PATTERN, MAX_LABELS, RunCreate
 from controller.api.responses import (
     ItemPage,
     Report,
@@ -92,14 +93,32 @@ def start_run(
     return get_run(controller.engine, run_id)
 
 
+# `key=value`, the key as a label's (controller.api.requests.LABEL_KEY_PATTERN)
+LabelFilter = Annotated[
+    str, StringConstraints(pattern=LABEL_KEY_PATTERN.removesuffix("$") + r"=[\s\S]*$")
+]
+
+
 @router.get("", response_model=RunList)
 def runs_list(
     controller: ControllerDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     status: RunStatus | None = None,
+    label: Annotated[
+        list[LabelFilter] | None,
+        Query(
+            max_length=MAX_LABELS,
+            description="key=value: only runs with this label (repeat: every one must match)",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
-    """Recent runs, newest first."""
-    return {"runs": list_runs(controller.engine, limit, status)}
+    """Recent runs, newest first; `label=key=value` keeps the runs carrying it."""
+    return {"runs": list_runs(controller.engine, limit, status, label_filter(label or []))}
+
+
+def label_filter(pairs: list[str]) -> dict[str, str]:
+    """`key=value` strings (checked by LabelFilter) as a dict."""
+    return dict(pair.partition("=")[::2] for pair in pairs)
 
 
 @router.get("/{run_id}", response_model=RunPublic, responses=error_responses(404))
