@@ -111,11 +111,11 @@ def test_the_default_sandbox_image_is_this_versions_own_which_make_images_tags()
     default = Settings.model_fields["default_image"].default
     assert default == f"simple-sandbox:{__version__}" and not default.endswith(":latest")
     script = (ROOT / "docker" / "build-images.sh").read_text()
-    [line] = [x for x in script.splitlines() if x.startswith("PACKAGE_VERSION=")]
-    found = subprocess.run(["bash", "-c", f'{line}; echo "$PACKAGE_VERSION"'], cwd=ROOT,
+    [line] = [x for x in script.splitlines() if x.startswith("VERSION=")]
+    found = subprocess.run(["bash", "-c", f'{line}; echo "$VERSION"'], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout.strip()
     assert found == __version__
-    assert 'docker tag "$tag" "${tag%:*}:$PACKAGE_VERSION"' in script
+    assert 'docker tag "$tag" "${tag%:*}:$VERSION"' in script
 
 
 def test_the_jobs_of_a_kubernetes_dry_run_name_no_moving_tag() -> None:
