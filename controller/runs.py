@@ -54,7 +54,9 @@ def sandbox_spec(template: Template, seed: int, default_image: str) -> dict[str,
     config.setdefault("mechanisms", list(template.mechanisms))
     if template.entrypoint:
         config["entrypoint"] = template.entrypoint
+    stop = {"on_log_budget": "stop"} if template.on_log_budget == "stop" else {}
     return {
+        **stop,
         "image": template.image or default_image,
         "command": list(template.command or DEFAULT_COMMAND),
         "config": config,

@@ -271,4 +271,5 @@ def build_sandbox_spec(
             cpu=spec["resources"].get("cpu"), memory=spec["resources"].get("memory")
         ),
         controller_id=controller_id,
+        log_stop=spec.get("on_log_budget") == "stop",
     )

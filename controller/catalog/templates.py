@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -94,6 +94,8 @@ class TemplateModel(BaseModel):
         None, ge=1, le=MAX_BATCH_SIZE, strict=True, description="Items per sandbox at most")
     entrypoint: str | None = Field(
         None, description="module:function called with each item's data")
+    on_log_budget: Literal["keep", "stop"] = Field(
+        "keep", description="Past SIMPLE_LOG_BUDGET: keep running (head and tail kept) or stop")
 
     @field_validator("entrypoint")
     @classmethod
@@ -152,6 +154,7 @@ class Template:
     items: tuple[WorkItem, ...] = field(default=(), hash=False, compare=False)
     batch_size: int | None = None
     entrypoint: str | None = None
+    on_log_budget: str = "keep"
 
     def public(self) -> dict[str, Any]:
         """The template as the API shows it."""
@@ -310,6 +313,7 @@ def _to_template(model: TemplateModel, source: str, items: tuple[WorkItem, ...] 
         items=items,
         batch_size=model.batch_size,
         entrypoint=model.entrypoint,
+        on_log_budget=model.on_log_budget,
     )
 
 

@@ -29,7 +29,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from controller.backends.base import Backend, Notify, Observed, ObservedState, SandboxSpec
+from controller.backends import logbudget
+from controller.backends.base import (
+    LOG_CHUNK,
+    Backend,
+    LogView,
+    Notify,
+    Observed,
+    ObservedState,
+    SandboxSpec,
+)
 from controller.backends.process.forkserver import SUPERVISOR, ExitWatch, ForkServer
 from controller.backends.process.user import (
     PRIVATE,
@@ -63,6 +72,7 @@ class ProcessBackend(Backend):
         self.work_root = Path(tempfile.gettempdir()) / f"simple-work-{settings.controller_id}"
         self.python = settings.process_python or sys.executable
         self.nice = settings.process_nice
+        self.log_budget = settings.log_budget
         self.users = SandboxUsers(
             UserPolicy.parse(settings.process_user),
             self.python,
@@ -121,6 +131,8 @@ class ProcessBackend(Backend):
                 "command": list(self._command(spec.command)),
                 "env": env,
                 "nice": self.nice,
+                "log_budget": self.log_budget,
+                "log_stop": spec.log_stop,
             }
         )
         _write_json(directory / "supervisor.json", {"pid": pid})
@@ -246,14 +258,27 @@ class ProcessBackend(Backend):
             return pid
         return None
 
-    def read_logs(self, sandbox_id: str) -> bytes:
-        logs = sorted(
-            self.root.glob(f"{sandbox_id}/attempt-*/output.log"),
-            key=lambda p: int(p.parent.name.split("-")[1]),
+    def _latest(self, sandbox_id: str) -> str:
+        """The directory of the sandbox's latest attempt with output."""
+        dirs = sorted(
+            (p.parent for p in self.root.glob(f"{sandbox_id}/attempt-*/{logbudget.HEAD}")),
+            key=lambda p: int(p.name.split("-")[1]),
         )
-        if not logs:
+        if not dirs:
             raise NotFoundError(f"no live logs for sandbox {sandbox_id}")
-        return logs[-1].read_bytes()
+        return str(dirs[-1])
+
+    def read_logs(self, sandbox_id: str) -> bytes:
+        return logbudget.read_all(self._latest(sandbox_id))
+
+    def open_logs(self, sandbox_id: str) -> LogView:
+        directory = self._latest(sandbox_id)
+        return LogView(logbudget.chunks(directory), logbudget.extent(directory)[1])
+
+    def read_logs_from(
+        self, sandbox_id: str, offset: int, limit: int = LOG_CHUNK
+    ) -> tuple[bytes, int]:
+        return logbudget.read_from(self._latest(sandbox_id), offset, limit)
 
     def remove(self, sandbox_id: str) -> None:
         shutil.rmtree(self.root / sandbox_id, ignore_errors=True)
