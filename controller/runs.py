@@ -289,7 +289,8 @@ def get_sandbox(engine: Engine, sandbox_id: str) -> dict[str, Any]:
             raise NotFoundError(f"unknown sandbox {sandbox_id}", hint="see `simplectl status RUN`")
         history = attempt_rows(conn, sandbox_id)
     return {**public_sandbox(row._asdict()), "attempt_history": history,
-            "resume_note": history[-1].get("resume_note") if history else None}
+            "resume_note": history[-1].get("resume_note") if history else None,
+            "log_dropped_bytes": row.log_dropped_bytes}
 
 
 def public_run(row: dict[str, Any]) -> dict[str, Any]:

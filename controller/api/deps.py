@@ -17,6 +17,7 @@ from starlette.requests import HTTPConnection
 from controller.api.auth import SESSION_COOKIE, api_refusal, token_listed
 from controller.api.body_guard import ATTEMPT_KEY
 from controller.api.log_follow import FollowerSlots
+from controller.api.transfers import TransferSlots
 from controller.errors import UnauthorizedError
 from controller.intake.event_intake import EventIntake
 from controller.intake.tokens import Signer
@@ -32,6 +33,7 @@ def attach(app: FastAPI, controller: Controller, principal: Principal) -> None:
     app.state.log_followers = FollowerSlots(
         settings.log_followers_per_sandbox, settings.log_followers_total
     )
+    app.state.transfers = TransferSlots()
 
 
 def get_controller(connection: HTTPConnection) -> Controller:
@@ -56,6 +58,14 @@ def get_follower_slots(connection: HTTPConnection) -> FollowerSlots:
 
 
 FollowerSlotsDep = Annotated[FollowerSlots, Depends(get_follower_slots)]
+
+
+def get_transfer_slots(connection: HTTPConnection) -> TransferSlots:
+    slots: TransferSlots = connection.app.state.transfers
+    return slots
+
+
+TransferSlotsDep = Annotated[TransferSlots, Depends(get_transfer_slots)]
 
 
 def get_signer(controller: ControllerDep) -> Signer:

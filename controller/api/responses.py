@@ -205,6 +205,11 @@ class AttemptPublic(_Public):
 
 class SandboxDetail(SandboxPublic):
     attempt_history: list[AttemptPublic]
+    log_dropped_bytes: int | None = Field(
+        None,
+        description="Bytes of the archived output that SIMPLE_LOG_BUDGET dropped (its head "
+        "and tail are kept, a marker line stands for the rest); 0 or null: nothing dropped",
+    )
     resume_note: str | None = Field(
         None, description="The latest attempt's resume_note: why it did not resume"
     )

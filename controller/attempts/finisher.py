@@ -140,7 +140,9 @@ class Finisher:
         is reused), and set when the next attempt is due. The snapshot's digest."""
         settings = self.settings
         digest = _snapshot_digest(self.store, settings, row)
-        values["log_key"] = archive_logs(self.backend, self.store, row) or row.log_key
+        archived = archive_logs(self.backend, self.store, row)
+        if archived is not None:
+            values["log_key"], values["log_dropped_bytes"] = archived
         _remove(self.backend, row.id)
         delay = backoff_s(row.attempt, settings.retry_base_s, settings.retry_max_s, rng.random)
         values.update(status=SandboxStatus.PENDING, next_attempt_at=now + timedelta(seconds=delay))
@@ -179,8 +181,9 @@ class Finisher:
         """After the end is recorded: archive the output, point the row at it, remove the
         sandbox. `recorded_at` (taken after the end's commit) is written here too: one
         transaction less."""
-        log = archive_logs(self.backend, self.store, row)
-        self.stamps.stamp(row.id, row.attempt, log, recorded_at)
+        archived = archive_logs(self.backend, self.store, row)
+        log, dropped = archived if archived is not None else (None, None)
+        self.stamps.stamp(row.id, row.attempt, log, recorded_at, dropped)
         _remove(self.backend, row.id)
 
 
@@ -323,19 +326,21 @@ def _snapshot_digest(store: ObjectStore, settings: Settings, row: Any) -> Digest
     return None if data is None else (hashlib.sha256(data).hexdigest(), len(data))
 
 
-def archive_logs(backend: Backend, store: ObjectStore, row: Any) -> str | None:
-    """Copy the attempt's output to the store; its key, or None when there is none."""
+def archive_logs(backend: Backend, store: ObjectStore, row: Any) -> tuple[str, int] | None:
+    """Copy the attempt's output, as kept under its log budget, to the store, a chunk at
+    a time (never all of it in memory); its key and the bytes the budget dropped, or None
+    when there is none."""
     try:
-        data = backend.read_logs(row.id)
+        view = backend.open_logs(row.id)
     except SimpleError:
         return None
     key = log_key(row.run_id, row.id, row.attempt)
     try:
-        store.put(key, data)
+        store.put_chunks(key, view.chunks)
     except SimpleError as e:
         logger.warning("could not archive the logs of %s: %s", row.id, e)
         return None
-    return key
+    return key, view.dropped
 
 
 def _remove(backend: Backend, sandbox_id: str) -> None:

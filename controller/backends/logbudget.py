@@ -21,6 +21,7 @@ marker, then the oldest byte still kept.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import select
@@ -87,10 +88,9 @@ class BudgetWriter:
             path = os.path.join(self.directory, f"{TAIL_PREFIX}{start}")
             self._tail = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             self._tail_start = start
-            try:  # the segment before the last goes: two are kept
-                os.unlink(os.path.join(self.directory, f"{TAIL_PREFIX}{start - 2 * self.segment}"))
-            except OSError:
-                pass
+            old = os.path.join(self.directory, f"{TAIL_PREFIX}{start - 2 * self.segment}")
+            with contextlib.suppress(OSError):  # the segment before the last goes: two kept
+                os.unlink(old)
         return self._tail, self.segment - (self.written - start)
 
     def close(self) -> None:
@@ -103,10 +103,8 @@ class BudgetWriter:
 def output_pipe() -> tuple[int, int]:
     """The pipe the sandbox writes its output to: (read end, non-blocking; write end)."""
     read_fd, write_fd = os.pipe()
-    try:
+    with contextlib.suppress(OSError):  # else the default 64 KiB: more turns, same bytes
         fcntl.fcntl(read_fd, F_SETPIPE_SZ, PIPE_BYTES)
-    except OSError:
-        pass  # the default 64 KiB: more turns of the loop, same bytes
     os.set_blocking(read_fd, False)
     return read_fd, write_fd
 

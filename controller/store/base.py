@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+CHUNK = 1024 * 1024  # what a streamed read or write holds at once
 
 
 def snapshot_key(run_id: str, sandbox_id: str, attempt: int) -> str:
@@ -40,6 +46,41 @@ class ObjectStore(ABC):
     @abstractmethod
     def get(self, key: str, max_bytes: int | None = None) -> bytes | None:
         """The bytes at `key`, or None when absent. Raises StoreError past `max_bytes`."""
+
+    @abstractmethod
+    def put_file(self, key: str, path: Path) -> None:
+        """Store the file at `path` under `key`, streamed from disk; the file may be moved
+        there (the caller removes it if it is still there)."""
+
+    @abstractmethod
+    def open(self, key: str, max_bytes: int | None = None) -> Iterator[bytes] | None:
+        """The bytes at `key` in chunks of at most CHUNK bytes (read as they are consumed,
+        never all at once), or None when absent. Raises StoreError past `max_bytes`."""
+
+    def staging_dir(self) -> Path:
+        """Where uploads are spooled before `put_file` (a local store: inside it, so the
+        file is renamed into place)."""
+        return Path(tempfile.gettempdir())
+
+    def spool(self) -> tuple[int, Path]:
+        """A new private temporary file in `staging_dir`: (descriptor, path)."""
+        fd, name = tempfile.mkstemp(dir=self.staging_dir(), prefix=".upload-")
+        return fd, Path(name)
+
+    def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int:
+        """Store what `chunks` yields under `key`, through a temporary file: never more
+        than one chunk in memory. The bytes stored."""
+        fd, path = self.spool()
+        written = 0
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+                    written += len(chunk)
+            self.put_file(key, path)
+        finally:
+            path.unlink(missing_ok=True)
+        return written
 
     @abstractmethod
     def size(self, key: str) -> int | None:

@@ -13,8 +13,9 @@ A supervisor starts COMMAND (with exactly the environment ENV) in its own sessio
 process group with WORKDIR as working directory and its output (stdout and stderr, one
 pipe) written under the log budget LOG_BUDGET: the head in DIRECTORY/output.log, the
 tail in rotating segments beside it (`logbudget.py`), the middle counted, never stored;
-with LOG_STOP it kills the sandbox once its output passes the budget instead. It kills it (SIGKILL) if the resident memory of its whole session (every process it
-started that did not leave it with setsid) passes MEMORY_LIMIT bytes (0 = no limit),
+with LOG_STOP it kills the sandbox once its output passes the budget instead. It kills
+it (SIGKILL) if the resident memory of its whole session (every process it started that
+did not leave it with setsid) passes MEMORY_LIMIT bytes (0 = no limit),
 and writes DIRECTORY/exit.json when it ends. Its own working directory is DIRECTORY,
 which, with its command line, is how a controller recognises it (`/proc/<pid>/cwd`).
 USER is `-` (run COMMAND as the supervisor's own user) or `uid:gid[:unique]`: COMMAND
@@ -317,7 +318,7 @@ def supervisor(request: dict) -> None:
 def load_logbudget() -> Any:
     """The controller's `backends/logbudget.py`, loaded by path: this script runs isolated
     (`-I -S`), outside the package."""
-    import importlib.util  # noqa: PLC0415 - once, in the fork server
+    import importlib.util
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "logbudget.py")
     spec = importlib.util.spec_from_file_location("simple_logbudget", path)
