@@ -1,14 +1,14 @@
 """log budget: how many bytes of a sandbox's archived output the log budget dropped
 
 Revision ID: 0016_log_budget
-Revises: 0015_scale
+Revises: 0014_stages_ledger
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0016_log_budget"
-down_revision = "0015_scale"
+down_revision = "0014_stages_ledger"  # the head on this branch (0001 → 0015_scale → 0013 → 0014)
 branch_labels = None
 depends_on = None
 
