@@ -25,8 +25,11 @@ import contextlib
 import fcntl
 import os
 import select
+import shutil
+import tempfile
 import time
-from collections.abc import Iterator
+import weakref
+from collections.abc import Iterable, Iterator
 
 HEAD = "output.log"
 TAIL_PREFIX = "output.tail."
@@ -206,3 +209,30 @@ def chunks(directory: str, limit: int = CHUNK) -> Iterator[bytes]:
 def read_all(directory: str) -> bytes:
     """The output kept, in one piece: at most the budget and one marker line."""
     return b"".join(chunks(directory))
+
+
+def spool(stream: Iterable[bytes], budget: int) -> tuple[Iterator[bytes], int]:
+    """Write `stream` (an engine's log stream) under `budget` to a temporary directory, a
+    chunk at a time: the output kept, in chunks, and the bytes dropped. The directory goes
+    when the chunks are read to the end, closed, or dropped."""
+    directory = tempfile.mkdtemp(prefix="simple-logs-")
+    try:
+        writer = BudgetWriter(directory, budget)
+        try:
+            for data in stream:
+                writer.write(data)
+        finally:
+            writer.close()
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    kept = _spooled(directory)
+    weakref.finalize(kept, shutil.rmtree, directory, True)
+    return kept, extent(directory)[1]
+
+
+def _spooled(directory: str) -> Iterator[bytes]:
+    try:
+        yield from chunks(directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
