@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import random
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, bindparam, select, update
@@ -18,7 +21,7 @@ from controller.attempts.stamps import END_ATTEMPT, Stamps
 from controller.backends.base import Backend
 from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError, SnapshotRejected, StoreError
-from controller.intake.aggregator import load_snapshot, read_snapshot
+from controller.intake.aggregator import load_snapshot, read_snapshot_file
 from controller.logs import log_context
 from controller.results.estimates import record_observation
 from controller.results.ledger import append_entry, attempt_record
@@ -296,34 +299,63 @@ def _should_retry(engine: Engine, settings: Settings, row: Any, outcome: Outcome
 def _fetch_snapshot(
     store: ObjectStore, settings: Settings, row: Any
 ) -> tuple[Any, str | None, Digest]:
-    """The snapshot's rows (or why none), and the object's SHA-256 and size as fetched."""
+    """The snapshot's rows (or why none), and the object's SHA-256 and size as fetched:
+    streamed to a private temporary file, never the whole object in memory."""
     key = snapshot_key(row.run_id, row.id, row.attempt)
     try:
-        data = store.get(key, max_bytes=settings.snapshot_max_bytes)
+        spooled = _spool(store, key, settings.snapshot_max_bytes)
     except SimpleError as e:
         if isinstance(e, StoreError) and e.transient:
             raise
         return None, f"snapshot rejected: {e.message}", None
-    if data is None:
+    if spooled is None:
         return None, "no snapshot was uploaded, so it adds nothing to the totals", None
-    digest = (hashlib.sha256(data).hexdigest(), len(data))
+    path, digest = spooled
     try:
-        return read_snapshot(data, settings.snapshot_max_bytes), None, digest
+        return read_snapshot_file(str(path), settings.snapshot_max_bytes), None, digest
     except SnapshotRejected as e:
         logger.warning("snapshot of %s rejected: %s", row.id, e.message)
         return None, f"snapshot rejected: {e.message}", digest
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _spool(store: ObjectStore, key: str, max_bytes: int) -> tuple[Path, Digest] | None:
+    """The object at `key` in a private temporary file, a chunk at a time, with its digest."""
+    chunks = store.open(key, max_bytes=max_bytes)
+    if chunks is None:
+        return None
+    fd, name = tempfile.mkstemp(prefix="simple-snapshot-", suffix=".sqlite")
+    sha, size = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            for chunk in chunks:
+                sha.update(chunk)
+                size += len(chunk)
+                handle.write(chunk)
+    except BaseException:
+        os.unlink(name)
+        raise
+    return Path(name), (sha.hexdigest(), size)
 
 
 def _snapshot_digest(store: ObjectStore, settings: Settings, row: Any) -> Digest:
-    """The digest of an attempt's snapshot that is not aggregated (a retry follows)."""
+    """The digest of an attempt's snapshot that is not aggregated (a retry follows),
+    hashed as it streams."""
     try:
-        data = store.get(
+        chunks = store.open(
             snapshot_key(row.run_id, row.id, row.attempt), max_bytes=settings.snapshot_max_bytes
         )
+        if chunks is None:
+            return None
+        sha, size = hashlib.sha256(), 0
+        for chunk in chunks:
+            sha.update(chunk)
+            size += len(chunk)
     except SimpleError as e:
         logger.warning("snapshot of %s attempt %d not hashed: %s", row.id, row.attempt, e)
         return None
-    return None if data is None else (hashlib.sha256(data).hexdigest(), len(data))
+    return sha.hexdigest(), size
 
 
 def archive_logs(backend: Backend, store: ObjectStore, row: Any) -> tuple[str, int] | None:

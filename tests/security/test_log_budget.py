@@ -57,14 +57,14 @@ BUDGET_CATALOG = """
     estimate: {cost_usd: [0.0, 0.1], runtime_s: [1, 2]}
     timeout_s: 300
     command: [python, {flood_script}]
-    config: {bytes: %d}
+    config: {bytes: FLOOD_BYTES}
   - id: flood_ticks
     category: hostile
     description: prints 8 MiB, then a line every 0.1 s for a while
     estimate: {cost_usd: [0.0, 0.1], runtime_s: [1, 2]}
     timeout_s: 300
     command: [python, {flood_script}]
-    config: {bytes: %d, ticks: 600}
+    config: {bytes: TICKS_BYTES, ticks: 600}
   - id: flood_stopped
     category: hostile
     description: prints 64 MiB; its template stops it past the log budget
@@ -72,14 +72,15 @@ BUDGET_CATALOG = """
     timeout_s: 300
     on_log_budget: stop
     command: [python, {flood_script}]
-    config: {bytes: %d}
+    config: {bytes: STOPPED_BYTES}
   - id: short
     category: hostile
     description: prints one line and exits
     estimate: {cost_usd: [0.0, 0.1], runtime_s: [1, 2]}
     timeout_s: 120
     command: [python, {short_script}]
-""" % (FLOOD_BYTES, 8 * MIB, 64 * MIB)
+""".replace("FLOOD_BYTES", str(FLOOD_BYTES)).replace("TICKS_BYTES", str(8 * MIB)).replace(
+    "STOPPED_BYTES", str(64 * MIB))
 
 
 @pytest.fixture

@@ -150,6 +150,8 @@ def test_twelve_parallel_48_mb_uploads_cost_under_100_mb(
           f"(+{after_mib:.1f} MiB once their snapshots were read)")
     assert all("UPLOADED 201" in text for text in answers), answers
     assert grown_mib < 100, f"the controller's peak memory grew by {grown_mib:.0f} MiB"
+    # and reading the twelve snapshots after the exits streams them too
+    assert after_mib < 100, f"reading the snapshots raised the peak by {after_mib:.0f} MiB"
     stored = list((served.data_dir / "store" / "snapshots").rglob("attempt-1.sqlite"))
     assert [p.stat().st_size for p in stored] == [UPLOAD_BYTES] * UPLOADS
     assert not list((served.data_dir / "store").rglob(".upload-*"))  # no spool left behind
