@@ -67,6 +67,22 @@ class ObjectStore(ABC):
         fd, name = tempfile.mkstemp(dir=self.staging_dir(), prefix=".upload-")
         return fd, Path(name)
 
+    def download(self, key: str, max_bytes: int | None = None) -> Path | None:
+        """The object at `key` copied to a new private temporary file, a chunk at a time
+        (the caller removes it), or None when absent."""
+        chunks = self.open(key, max_bytes=max_bytes)
+        if chunks is None:
+            return None
+        fd, name = tempfile.mkstemp(prefix="simple-download-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+        except BaseException:
+            os.unlink(name)
+            raise
+        return Path(name)
+
     def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int:
         """Store what `chunks` yields under `key`, through a temporary file: never more
         than one chunk in memory. The bytes stored."""
