@@ -39,9 +39,10 @@ class TransferSlots:
         key = (sandbox_id, attempt, direction)
         with self._lock:
             if key in self._busy:
+                article = "an" if direction[0] in "aeiou" else "a"
                 raise BusyError(
-                    f"sandbox {sandbox_id} attempt {attempt} already has an {direction} under "
-                    f"way; one {direction} at a time per sandbox attempt",
+                    f"sandbox {sandbox_id} attempt {attempt} already has {article} {direction} "
+                    f"under way; one {direction} at a time per sandbox attempt",
                     hint=f"wait for the {direction} under way to end, then try again",
                 )
             self._busy.add(key)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from controller.api.transfers import TransferSlots, send
+from controller.errors import BusyError
 from tests.ci.conftest import CATALOG, GARBLED_SCRIPT, TOKEN_SCRIPT, Served, ServeFactory
 from tests.e2e_helpers import wait_for
 from tests.security.test_bodies import vm_hwm_kib
@@ -165,3 +167,17 @@ def test_a_second_concurrent_upload_of_one_attempt_gets_429(serve: ServeFactory)
     assert "SECOND 429" in text, text
     assert "already has an upload under way; one upload at a time" in text
     assert "FIRST 201" in text, text
+
+
+def test_one_download_per_attempt_and_the_slot_comes_back() -> None:
+    slots = TransferSlots()
+    stream = send(iter([b"a", b"b"]), slots.take("sbx-1", 1, "download"))
+    with pytest.raises(BusyError, match="already has a download under way; one download at a time"):
+        slots.take("sbx-1", 1, "download")
+    slots.take("sbx-1", 1, "upload").release()  # each direction has its own slot
+    slots.take("sbx-1", 2, "download").release()  # and each attempt
+    assert b"".join(stream) == b"ab"
+    assert slots.busy() == 0  # read to its end: given back
+    dropped = send(iter([b"never read"]), slots.take("sbx-1", 1, "download"))
+    del dropped  # a client that went away before the first chunk
+    slots.take("sbx-1", 1, "download").release()
