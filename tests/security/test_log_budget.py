@@ -143,7 +143,7 @@ def test_a_gigabyte_of_output_costs_the_controller_a_budget_not_a_gigabyte(
 
         def archived() -> dict | None:
             detail = http.get(f"/v1/sandboxes/{sandbox_id}").json()
-            return detail if detail.get("log_dropped_bytes") else None
+            return detail if detail.get("log_dropped_bytes") is not None else None
 
         detail = wait_for(archived, timeout_s=60, what="the archived log's dropped count")
         with http.stream("GET", f"/v1/sandboxes/{sandbox_id}/logs") as response:
