@@ -28,8 +28,8 @@ import select
 import shutil
 import tempfile
 import time
-import weakref
 from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
 HEAD = "output.log"
 TAIL_PREFIX = "output.tail."
@@ -161,10 +161,6 @@ def _parts(directory: str) -> list[tuple[int, str, int]]:
     return sorted(parts)
 
 
-def exists(directory: str) -> bool:
-    return os.path.exists(os.path.join(directory, HEAD))
-
-
 def extent(directory: str) -> tuple[int, int]:
     """(bytes written so far, bytes dropped so far), as the files show them."""
     parts = _parts(directory)
@@ -194,16 +190,45 @@ def read_from(directory: str, offset: int, limit: int = CHUNK) -> tuple[bytes, i
     return b"", offset
 
 
-def chunks(directory: str, limit: int = CHUNK) -> Iterator[bytes]:
-    """The output kept, with the marker where it was cut, in chunks of at most `limit`
-    bytes: what was written when the call began, so a busy writer cannot prolong it."""
-    end, _ = extent(directory)
-    offset = 0
-    while offset < end:
-        data, offset = read_from(directory, offset, min(limit, end - offset))
-        if not data:
-            return
-        yield data
+def open_kept(directory: str) -> tuple[Iterator[bytes], int]:
+    """The output kept, in chunks of at most CHUNK bytes with the marker where it was cut,
+    and the bytes dropped. Its files are opened now, so what is read is what was there at
+    this call, whatever rotates or removes them meanwhile (a busy writer cannot prolong
+    it, a clean-up cannot empty it)."""
+    opened: list[tuple[int, BinaryIO, int]] = []
+    for start, path, _ in _parts(directory):
+        try:
+            handle = open(path, "rb")  # noqa: SIM115 - closed by the generator
+        except OSError:  # rotated away meanwhile: dropped
+            continue
+        opened.append((start, handle, os.fstat(handle.fileno()).st_size))
+    head = opened[0][2] if opened and opened[0][0] == 0 else 0
+    dropped = opened[1][0] - head if len(opened) > 1 and opened[1][0] > head else 0
+    return _read_opened(opened), dropped
+
+
+def _read_opened(opened: list[tuple[int, BinaryIO, int]]) -> Iterator[bytes]:
+    try:
+        end = 0
+        for start, handle, size in opened:
+            if start > end:
+                yield marker(start - end)
+            left = size
+            while left > 0:
+                data = handle.read(min(CHUNK, left))
+                if not data:
+                    break
+                left -= len(data)
+                yield data
+            end = start + size
+    finally:
+        for _, handle, _ in opened:
+            handle.close()
+
+
+def chunks(directory: str) -> Iterator[bytes]:
+    """The output kept, in chunks (see `open_kept`)."""
+    return open_kept(directory)[0]
 
 
 def read_all(directory: str) -> bytes:
@@ -213,8 +238,8 @@ def read_all(directory: str) -> bytes:
 
 def spool(stream: Iterable[bytes], budget: int) -> tuple[Iterator[bytes], int]:
     """Write `stream` (an engine's log stream) under `budget` to a temporary directory, a
-    chunk at a time: the output kept, in chunks, and the bytes dropped. The directory goes
-    when the chunks are read to the end, closed, or dropped."""
+    chunk at a time: the output kept, in chunks, and the bytes dropped. The directory is
+    removed at once; the files stay readable through their open handles."""
     directory = tempfile.mkdtemp(prefix="simple-logs-")
     try:
         writer = BudgetWriter(directory, budget)
@@ -226,13 +251,7 @@ def spool(stream: Iterable[bytes], budget: int) -> tuple[Iterator[bytes], int]:
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
-    kept = _spooled(directory)
-    weakref.finalize(kept, shutil.rmtree, directory, True)
-    return kept, extent(directory)[1]
-
-
-def _spooled(directory: str) -> Iterator[bytes]:
     try:
-        yield from chunks(directory)
+        return open_kept(directory)  # its files open: the directory can go at once
     finally:
         shutil.rmtree(directory, ignore_errors=True)

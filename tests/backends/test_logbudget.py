@@ -67,3 +67,17 @@ def test_a_pipe_is_pumped_into_the_budget(tmp_path: Path) -> None:
     os.close(read_fd)
     writer.close()
     assert logbudget.extent(str(tmp_path))[0] == 20_000
+
+
+def test_what_was_opened_is_read_whatever_happens_to_the_files(tmp_path: Path) -> None:
+    """A reader opens the files at once: a clean-up that removes the directory, or a
+    writer that rotates a segment away, cannot empty or prolong what it reads."""
+    data = stream(50_000)
+    (tmp_path / "a").mkdir()
+    write(tmp_path / "a", 8192, data)
+    chunks, dropped = logbudget.open_kept(str(tmp_path / "a"))
+    for path in (tmp_path / "a").iterdir():
+        path.unlink()
+    kept = b"".join(chunks)
+    assert dropped > 0 and kept.startswith(data[:4096]) and kept.endswith(data[-2048:])
+    assert logbudget.marker(dropped) in kept

@@ -83,15 +83,15 @@ def sandbox_logs(
             return _text(controller.backend.open_logs(sandbox_id).chunks)
         except NotFoundError:
             pass
+    if not row.log_key and row.status != SandboxStatus.RUNNING:
+        try:  # ended, its logs not archived yet: still there (or archived meanwhile)
+            return _text(controller.backend.open_logs(sandbox_id).chunks)
+        except NotFoundError:
+            row = load_sandbox(controller.engine, sandbox_id)
     if row.log_key:
         chunks = controller.store.open(row.log_key)
         if chunks is not None:
             return _text(chunks)
-    elif row.status != SandboxStatus.RUNNING:  # ended, its logs not archived yet: still there
-        try:
-            return _text(controller.backend.open_logs(sandbox_id).chunks)
-        except NotFoundError:
-            pass
     raise NotFoundError(
         f"no logs for sandbox {sandbox_id} (status {row.status})",
         hint="logs exist once the sandbox has started",

@@ -272,8 +272,8 @@ class ProcessBackend(Backend):
         return logbudget.read_all(self._latest(sandbox_id))
 
     def open_logs(self, sandbox_id: str) -> LogView:
-        directory = self._latest(sandbox_id)
-        return LogView(logbudget.chunks(directory), logbudget.extent(directory)[1])
+        chunks, dropped = logbudget.open_kept(self._latest(sandbox_id))
+        return LogView(chunks, dropped)
 
     def read_logs_from(
         self, sandbox_id: str, offset: int, limit: int = LOG_CHUNK
