@@ -173,7 +173,10 @@ def test_a_template_may_stop_a_sandbox_past_its_budget(serve: ServeFactory) -> N
     served = serve(SIMPLE_LOG_BUDGET=str(MIB))
     ended = served.wait_run(run(served, "flood_stopped"), timeout_s=120)
     assert ended["status"] == "failed"
-    sandbox_id = only_sandbox(served, ended["run_id"])["sandbox_id"]
+    sandbox = only_sandbox(served, ended["run_id"])
+    assert "its output passed SIMPLE_LOG_BUDGET" in sandbox["error"]
+    assert sandbox["attempts"] == 1  # not retried: it would flood again
+    sandbox_id = sandbox["sandbox_id"]
     with served.client() as http:
         logs = http.get(f"/v1/sandboxes/{sandbox_id}/logs").content
     assert b"simple: stopped: its output passed the sandbox's log budget" in logs

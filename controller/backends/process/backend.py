@@ -56,6 +56,9 @@ from sandbox_image.contract import LABEL_CONTROLLER, LABEL_RUN_ID
 logger = logging.getLogger(__name__)
 
 STOP_GRACE_S = 3.0
+LOG_BUDGET_STOPPED = (
+    "stopped: its output passed SIMPLE_LOG_BUDGET and its template says on_log_budget: stop"
+)
 # What a sandbox process inherits from the controller: enough to run, no secrets.
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
 
@@ -227,6 +230,7 @@ class ProcessBackend(Backend):
                 exit_code=exit_info["exit_code"],
                 oom_killed=bool(exit_info.get("oom_killed")),
                 exited_at=exit_info.get("finished_at"),
+                reason=LOG_BUDGET_STOPPED if exit_info.get("log_budget_stopped") else None,
             )
         return None  # the supervisor died without recording an exit: the sandbox is lost
 
