@@ -164,7 +164,7 @@ def test_a_second_concurrent_upload_of_one_attempt_gets_429(serve: ServeFactory)
     run_id = start(served, "two_uploads")
     served.wait_run(run_id, timeout_s=120)
     text = logs_of(served, run_id)
-    assert "SECOND 429" in text, text
+    assert "SECOND 429" in text, text[-1500:]
     assert "already has an upload under way; one upload at a time" in text
     assert "FIRST 201" in text, text
 
