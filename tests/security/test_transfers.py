@@ -51,20 +51,35 @@ while not os.path.exists(base + ".done"):  # the test measures, then lets them e
 """
 
 # Starts one upload and sends half its body; meanwhile PUTs again until refused (or 20 s);
-# then finishes the first.
+# then finishes the first. The first may lose the race to take the attempt's slot (its
+# route checks its signature in a worker thread meanwhile): answered at once, it starts
+# again.
 TWO_UPLOADS_SCRIPT = """
-import http.client, os, time, urllib.error, urllib.parse, urllib.request
+import http.client, os, select, time, urllib.error, urllib.parse, urllib.request
 url = os.environ["SIMPLE_SNAPSHOT_URL"]
 parts = urllib.parse.urlsplit(url)
-first = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
 size = 4 << 20
-first.putrequest("PUT", parts.path + "?" + parts.query)
-first.putheader("Content-Length", str(size))
-first.putheader("Content-Type", "application/octet-stream")
-first.endheaders()
-first.send(b"\\0" * (size // 2))
+
+def start_first():
+    first = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    first.putrequest("PUT", parts.path + "?" + parts.query)
+    first.putheader("Content-Length", str(size))
+    first.putheader("Content-Type", "application/octet-stream")
+    first.endheaders()
+    first.send(b"\\0" * (size // 2))
+    return first
+
+first = start_first()
 deadline = time.monotonic() + 20
 while time.monotonic() < deadline:
+    if select.select([first.sock], [], [], 0)[0]:  # answered before its body: it lost
+        try:
+            print("RESTARTED after", first.getresponse().status, flush=True)
+        except OSError as e:
+            print("RESTARTED after", e, flush=True)
+        first.close()
+        first = start_first()
+        continue
     request = urllib.request.Request(url, data=b"\\0" * 1024, method="PUT")
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
