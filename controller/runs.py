@@ -54,7 +54,9 @@ def sandbox_spec(template: Template, seed: int, default_image: str) -> dict[str,
     config.setdefault("mechanisms", list(template.mechanisms))
     if template.entrypoint:
         config["entrypoint"] = template.entrypoint
+    stop = {"on_log_budget": "stop"} if template.on_log_budget == "stop" else {}
     return {
+        **stop,
         "image": template.image or default_image,
         "command": list(template.command or DEFAULT_COMMAND),
         "config": config,
@@ -300,7 +302,8 @@ def get_sandbox(engine: Engine, sandbox_id: str) -> dict[str, Any]:
             raise NotFoundError(f"unknown sandbox {sandbox_id}", hint="see `simplectl status RUN`")
         history = attempt_rows(conn, sandbox_id)
     return {**public_sandbox(row._asdict()), "attempt_history": history,
-            "resume_note": history[-1].get("resume_note") if history else None}
+            "resume_note": history[-1].get("resume_note") if history else None,
+            "log_dropped_bytes": row.log_dropped_bytes}
 
 
 def public_run(row: dict[str, Any]) -> dict[str, Any]:

@@ -136,6 +136,12 @@ class Settings(BaseSettings):
         gt=0,
         description="Bytes of event batches one attempt may post (413 beyond).",
     )
+    log_budget: int = Field(
+        16 * 1024 * 1024,
+        ge=4096,
+        description="Bytes of a sandbox attempt's output kept: the first and last halves; "
+        "the middle is dropped and counted, on every backend.",
+    )
     log_followers_per_sandbox: int = Field(
         8, gt=0, description="Clients following one sandbox's logs at once (429 beyond)."
     )

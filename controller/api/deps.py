@@ -19,6 +19,7 @@ from controller.api.body_guard import ATTEMPT_KEY
 from controller.api.log_follow import FollowerSlots
 from controller.api.sessions import LoginThrottle, Sessions
 from controller.api.sockets import UNAUTHENTICATED_SOCKETS_MAX, SocketSlots
+from controller.api.transfers import TransferSlots
 from controller.errors import UnauthorizedError
 from controller.intake.event_intake import EventIntake
 from controller.intake.tokens import Signer
@@ -37,6 +38,7 @@ def attach(app: FastAPI, controller: Controller, principal: Principal) -> None:
     app.state.unauthenticated_sockets = SocketSlots(UNAUTHENTICATED_SOCKETS_MAX)
     app.state.sessions = Sessions(lambda: controller.engine, lambda: settings.api_tokens)
     app.state.login_throttle = LoginThrottle()
+    app.state.transfers = TransferSlots()
 
 
 def get_controller(connection: HTTPConnection) -> Controller:
@@ -77,6 +79,14 @@ def get_follower_slots(connection: HTTPConnection) -> FollowerSlots:
 
 
 FollowerSlotsDep = Annotated[FollowerSlots, Depends(get_follower_slots)]
+
+
+def get_transfer_slots(connection: HTTPConnection) -> TransferSlots:
+    slots: TransferSlots = connection.app.state.transfers
+    return slots
+
+
+TransferSlotsDep = Annotated[TransferSlots, Depends(get_transfer_slots)]
 
 
 def get_signer(controller: ControllerDep) -> Signer:

@@ -1,7 +1,8 @@
 """Following a sandbox's logs: async, capped, and ended by the client's disconnect.
 
 A follower polls the backend's logs from the event loop (each read a short call in a
-worker thread), so followers never hold a worker while they wait: `/healthz` and the
+worker thread, of at most LOG_CHUNK bytes from the offset it reached: never the whole
+log again), so followers never hold a worker while they wait: `/healthz` and the
 API stay served however many follow. Followers are capped per sandbox and in total;
 one past a cap gets 429 naming it. When the client goes away, Starlette cancels the
 stream, and the follower's slot is given back.
@@ -18,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
+from controller.backends.base import LOG_CHUNK
 from controller.db.schema import sandboxes
 from controller.errors import QuotaExceededError, SimpleError
 from controller.states import SandboxStatus
@@ -87,18 +89,21 @@ def follow(controller: Any, sandbox_id: str, slot: Slot) -> AsyncIterator[bytes]
 
 
 async def _follow(controller: Any, sandbox_id: str, slot: Slot) -> AsyncIterator[bytes]:
-    sent = 0
+    offset = 0
+    read = controller.backend.read_logs_from
     try:
         while True:
             running = await asyncio.to_thread(_running, controller.engine, sandbox_id)
-            try:
-                data = await asyncio.to_thread(controller.backend.read_logs, sandbox_id)
-            except SimpleError as e:
-                yield f"\n[simple: log stream ended: {e.message}]\n".encode()
-                return
-            if len(data) > sent:
-                yield data[sent:]
-                sent = len(data)
+            while True:  # what was written since the last look, a bounded chunk at a time
+                try:
+                    data, offset = await asyncio.to_thread(read, sandbox_id, offset, LOG_CHUNK)
+                except SimpleError as e:
+                    yield f"\n[simple: log stream ended: {e.message}]\n".encode()
+                    return
+                if data:
+                    yield data
+                if len(data) < LOG_CHUNK:  # caught up
+                    break
             if not running:
                 return
             await asyncio.sleep(FOLLOW_POLL_S)

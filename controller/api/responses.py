@@ -56,7 +56,8 @@ ERROR_DESCRIPTIONS = {
     422: "The request does not fit the schema, or names what the catalog does not have; "
     "`error.field` names the offending field",
     429: "Busy: the event queue is full (nothing was stored; send again after Retry-After); "
-    "or a cap is reached: the sandbox's events per attempt, or log followers",
+    "or a cap is reached: the sandbox's events per attempt, log followers, or one "
+    "upload and one download at a time per sandbox attempt (after Retry-After)",
     503: "A dependency (database, store, backend) is unavailable; retry later "
     "(events: after Retry-After)",
 }
@@ -205,6 +206,11 @@ class AttemptPublic(_Public):
 
 class SandboxDetail(SandboxPublic):
     attempt_history: list[AttemptPublic]
+    log_dropped_bytes: int | None = Field(
+        None,
+        description="Bytes of the archived output that SIMPLE_LOG_BUDGET dropped (its head "
+        "and tail are kept, a marker line stands for the rest); 0 or null: nothing dropped",
+    )
     resume_note: str | None = Field(
         None, description="The latest attempt's resume_note: why it did not resume"
     )

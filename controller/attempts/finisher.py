@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import random
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, bindparam, select, update
@@ -18,7 +21,7 @@ from controller.attempts.stamps import END_ATTEMPT, Stamps
 from controller.backends.base import Backend
 from controller.db.schema import runs, sandboxes
 from controller.errors import SimpleError, SnapshotRejected, StoreError
-from controller.intake.aggregator import load_snapshot, read_snapshot
+from controller.intake.aggregator import load_snapshot, read_snapshot_file
 from controller.logs import log_context
 from controller.results.estimates import record_observation
 from controller.results.ledger import append_entry, attempt_record, results_digest
@@ -140,7 +143,9 @@ class Finisher:
         is reused), and set when the next attempt is due. The snapshot's digest."""
         settings = self.settings
         digest = _snapshot_digest(self.store, settings, row)
-        values["log_key"] = archive_logs(self.backend, self.store, row) or row.log_key
+        archived = archive_logs(self.backend, self.store, row)
+        if archived is not None:
+            values["log_key"], values["log_dropped_bytes"] = archived
         _remove(self.backend, row.id)
         delay = backoff_s(row.attempt, settings.retry_base_s, settings.retry_max_s, rng.random)
         values.update(status=SandboxStatus.PENDING, next_attempt_at=now + timedelta(seconds=delay))
@@ -179,8 +184,9 @@ class Finisher:
         """After the end is recorded: archive the output, point the row at it, remove the
         sandbox. `recorded_at` (taken after the end's commit) is written here too: one
         transaction less."""
-        log = archive_logs(self.backend, self.store, row)
-        self.stamps.stamp(row.id, row.attempt, log, recorded_at)
+        archived = archive_logs(self.backend, self.store, row)
+        log, dropped = archived if archived is not None else (None, None)
+        self.stamps.stamp(row.id, row.attempt, log, recorded_at, dropped)
         _remove(self.backend, row.id)
 
 
@@ -298,49 +304,80 @@ def _should_retry(engine: Engine, settings: Settings, row: Any, outcome: Outcome
 def _fetch_snapshot(
     store: ObjectStore, settings: Settings, row: Any
 ) -> tuple[Any, str | None, Digest]:
-    """The snapshot's rows (or why none), and the object's SHA-256 and size as fetched."""
+    """The snapshot's rows (or why none), and the object's SHA-256 and size as fetched:
+    streamed to a private temporary file, never the whole object in memory."""
     key = snapshot_key(row.run_id, row.id, row.attempt)
     try:
-        data = store.get(key, max_bytes=settings.snapshot_max_bytes)
+        spooled = _spool(store, key, settings.snapshot_max_bytes)
     except SimpleError as e:
         if isinstance(e, StoreError) and e.transient:
             raise
         return None, f"snapshot rejected: {e.message}", None
-    if data is None:
+    if spooled is None:
         return None, "no snapshot was uploaded, so it adds nothing to the totals", None
-    digest = (hashlib.sha256(data).hexdigest(), len(data))
+    path, digest = spooled
     try:
-        return read_snapshot(data, settings.snapshot_max_bytes), None, digest
+        return read_snapshot_file(str(path), settings.snapshot_max_bytes), None, digest
     except SnapshotRejected as e:
         logger.warning("snapshot of %s rejected: %s", row.id, e.message)
         return None, f"snapshot rejected: {e.message}", digest
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _spool(store: ObjectStore, key: str, max_bytes: int) -> tuple[Path, Digest] | None:
+    """The object at `key` in a private temporary file, a chunk at a time, with its digest."""
+    chunks = store.open(key, max_bytes=max_bytes)
+    if chunks is None:
+        return None
+    fd, name = tempfile.mkstemp(prefix="simple-snapshot-", suffix=".sqlite")
+    sha, size = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            for chunk in chunks:
+                sha.update(chunk)
+                size += len(chunk)
+                handle.write(chunk)
+    except BaseException:
+        os.unlink(name)
+        raise
+    return Path(name), (sha.hexdigest(), size)
 
 
 def _snapshot_digest(store: ObjectStore, settings: Settings, row: Any) -> Digest:
-    """The digest of an attempt's snapshot that is not aggregated (a retry follows)."""
+    """The digest of an attempt's snapshot that is not aggregated (a retry follows),
+    hashed as it streams."""
     try:
-        data = store.get(
+        chunks = store.open(
             snapshot_key(row.run_id, row.id, row.attempt), max_bytes=settings.snapshot_max_bytes
         )
+        if chunks is None:
+            return None
+        sha, size = hashlib.sha256(), 0
+        for chunk in chunks:
+            sha.update(chunk)
+            size += len(chunk)
     except SimpleError as e:
         logger.warning("snapshot of %s attempt %d not hashed: %s", row.id, row.attempt, e)
         return None
-    return None if data is None else (hashlib.sha256(data).hexdigest(), len(data))
+    return sha.hexdigest(), size
 
 
-def archive_logs(backend: Backend, store: ObjectStore, row: Any) -> str | None:
-    """Copy the attempt's output to the store; its key, or None when there is none."""
+def archive_logs(backend: Backend, store: ObjectStore, row: Any) -> tuple[str, int] | None:
+    """Copy the attempt's output, as kept under its log budget, to the store, a chunk at
+    a time (never all of it in memory); its key and the bytes the budget dropped, or None
+    when there is none."""
     try:
-        data = backend.read_logs(row.id)
+        view = backend.open_logs(row.id)
     except SimpleError:
         return None
     key = log_key(row.run_id, row.id, row.attempt)
     try:
-        store.put(key, data)
+        store.put_chunks(key, view.chunks)
     except SimpleError as e:
         logger.warning("could not archive the logs of %s: %s", row.id, e)
         return None
-    return key
+    return key, view.dropped
 
 
 def _remove(backend: Backend, sandbox_id: str) -> None:

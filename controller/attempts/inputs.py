@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from controller.attempts.urls import AttemptUrls, input_key
 from controller.errors import SimpleError, SnapshotRejected, StoreError
-from controller.intake.aggregator import SnapshotRows, read_snapshot
+from controller.intake.aggregator import SnapshotRows, read_snapshot_file
 from controller.settings import Settings
 from controller.store.base import ObjectStore, items_key, snapshot_key
 
@@ -33,7 +35,7 @@ class Checkpoint:
     step: int
     cost_usd: float
     item_ids: frozenset[str]
-    data: bytes = field(repr=False)
+    path: Path = field(repr=False)  # a private copy, moved to the resume key or removed
 
 
 @dataclass(frozen=True)
@@ -51,14 +53,16 @@ def find_checkpoint(store: ObjectStore, settings: Settings, run_id: str, sandbox
     """The newest valid checkpoint of attempts before `attempt`, and why others were not."""
     reasons: list[str] = []
     for earlier in range(attempt - 1, 0, -1):
+        checkpoint: Checkpoint | None = None
         key = snapshot_key(run_id, sandbox_id, earlier)
+        path = None
         try:
-            data = store.get(key, max_bytes=settings.snapshot_max_bytes)
-            if data is None:
+            path = store.download(key, max_bytes=settings.snapshot_max_bytes)
+            if path is None:
                 reasons.append(f"attempt {earlier} left no checkpoint")
                 continue
-            checkpoint = _checked(read_snapshot(data, settings.snapshot_max_bytes), sandbox_id,
-                                  earlier, data)
+            rows = read_snapshot_file(str(path), settings.snapshot_max_bytes)
+            checkpoint = _checked(rows, sandbox_id, earlier, path)
         except SnapshotRejected as e:
             reasons.append(f"checkpoint of attempt {earlier} rejected: {e.message}")
             continue
@@ -67,14 +71,18 @@ def find_checkpoint(store: ObjectStore, settings: Settings, run_id: str, sandbox
         except SimpleError as e:  # e.g. over the size limit
             reasons.append(f"checkpoint of attempt {earlier} not read: {e.message}")
             continue
+        finally:
+            if path is not None and (checkpoint is None or checkpoint.path != path):
+                path.unlink(missing_ok=True)
         if checkpoint.step == 0:
+            checkpoint.path.unlink(missing_ok=True)
             reasons.append(f"checkpoint of attempt {earlier} has no finished step")
             continue
         return checkpoint, reasons
     return None, reasons
 
 
-def _checked(rows: SnapshotRows, sandbox_id: str, attempt: int, data: bytes) -> Checkpoint:
+def _checked(rows: SnapshotRows, sandbox_id: str, attempt: int, path: Path) -> Checkpoint:
     runs = [r for r in rows.runs if r["run_id"] == sandbox_id]
     if len(runs) != 1:
         raise SnapshotRejected(f"it has no `runs` row for {sandbox_id}")
@@ -82,7 +90,7 @@ def _checked(rows: SnapshotRows, sandbox_id: str, attempt: int, data: bytes) -> 
     if steps != list(range(1, len(steps) + 1)):
         raise SnapshotRejected("its steps are not exactly 1..k")
     return Checkpoint(attempt, len(steps), float(runs[0]["cost_usd"] or 0),
-                      frozenset(str(i[0]) for i in rows.items), data)
+                      frozenset(str(i[0]) for i in rows.items), path)
 
 
 def prepare_inputs(store: ObjectStore, urls: AttemptUrls, settings: Settings, row: Any,
@@ -98,7 +106,10 @@ def prepare_inputs(store: ObjectStore, urls: AttemptUrls, settings: Settings, ro
         logger.warning("sandbox %s attempt %d %s", row.id, attempt, note)
     resume_url = None
     if checkpoint is not None:
-        store.put(input_key("resume", row.run_id, row.id, attempt), checkpoint.data)
+        try:
+            store.put_file(input_key("resume", row.run_id, row.id, attempt), checkpoint.path)
+        finally:
+            checkpoint.path.unlink(missing_ok=True)
         resume_url = urls.input("resume", row.run_id, row.id, attempt, token_hash,
                                 row.spec["timeout_s"])
         logger.info("sandbox %s attempt %d resumes after step %d of attempt %d", row.id,
@@ -113,15 +124,27 @@ def prepare_inputs(store: ObjectStore, urls: AttemptUrls, settings: Settings, ro
 
 def _write_items(store: ObjectStore, row: Any, attempt: int,
                  checkpoint: Checkpoint | None) -> None:
-    """The attempt's items file: all items less those the checkpoint has a result for."""
-    everything = store.get(items_key(row.run_id, row.id))
+    """The attempt's items file: all items less those the checkpoint has a result for,
+    streamed line by line from the store to the store."""
+    everything = store.open(items_key(row.run_id, row.id))
     if everything is None:
         raise StoreError(f"the items of sandbox {row.id} are missing from the store",
                          transient=False)
     done = checkpoint.item_ids if checkpoint else frozenset()
-    lines = [line for line in everything.splitlines(keepends=True)
-             if not done or _item_id(line) not in done]
-    store.put(input_key("items", row.run_id, row.id, attempt), b"".join(lines))
+    lines = (line for line in _lines(everything) if not done or _item_id(line) not in done)
+    store.put_chunks(input_key("items", row.run_id, row.id, attempt), lines)
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """The lines (newline kept) of a stream of chunks."""
+    rest = b""
+    for chunk in chunks:
+        rest += chunk
+        *whole, rest = rest.split(b"\n")
+        for line in whole:
+            yield line + b"\n"
+    if rest:
+        yield rest
 
 
 def _item_id(line: bytes) -> str:

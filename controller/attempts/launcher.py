@@ -272,4 +272,5 @@ def build_sandbox_spec(
         ),
         controller_id=controller_id,
         secrets=tuple((n, k, a) for n, k, a in spec.get("secrets", ())),
+        log_stop=spec.get("on_log_budget") == "stop",
     )

@@ -35,8 +35,10 @@ END_ATTEMPT = update(attempts).where(
 
 
 class _Stamp:
-    def __init__(self, keys: dict[str, Any], log: str | None, recorded_at: datetime | None):
+    def __init__(self, keys: dict[str, Any], log: str | None, recorded_at: datetime | None,
+                 dropped: int | None = None):
         self.keys, self.log, self.recorded_at = keys, log, recorded_at
+        self.dropped = dropped
         self.done: Future[None] = Future()
 
 
@@ -50,12 +52,14 @@ class Stamps:
         self._writing = False
 
     def stamp(self, sandbox_id: str, attempt: int, log: str | None,
-              recorded_at: datetime | None) -> None:
-        """Write where the attempt's log went and when its end was committed (either may be
-        None), in a transaction shared with the stamps other threads queued meanwhile."""
+              recorded_at: datetime | None, log_dropped: int | None = None) -> None:
+        """Write where the attempt's log went (and what its budget dropped) and when its end
+        was committed (either may be None), in a transaction shared with the stamps other
+        threads queued meanwhile."""
         if not log and not recorded_at:
             return
-        entry = _Stamp({"b_id": sandbox_id, "b_attempt": attempt}, log, recorded_at)
+        keys = {"b_id": sandbox_id, "b_attempt": attempt}
+        entry = _Stamp(keys, log, recorded_at, log_dropped)
         with self._lock:
             self._queued.append(entry)
             lead, self._writing = not self._writing, True
@@ -82,7 +86,7 @@ class Stamps:
 
 
 def _write(engine: Engine, group: list[_Stamp]) -> None:
-    logs = [{**e.keys, "log_key": e.log} for e in group if e.log]
+    logs = [{**e.keys, "log_key": e.log, "log_dropped_bytes": e.dropped} for e in group if e.log]
     ends = [{**e.keys, "recorded_at": e.recorded_at} for e in group if e.recorded_at]
     with engine.begin() as conn:
         if logs:

@@ -25,6 +25,8 @@ from sandbox_image.contract import (
     SandboxEnv,
 )
 
+LOG_CHUNK = 64 * 1024  # what one read of a sandbox's output returns at most
+
 Notify = Callable[[], None]
 """Called by a backend when something changed (a sandbox exited) to wake the reconciler."""
 
@@ -54,6 +56,7 @@ class SandboxSpec:
     # the template's secrets by reference, (name, key, as): each backend hands the value
     # over as `as` (controller/backends/template_secrets.py); never the values here
     secrets: tuple[tuple[str, str, str], ...] = ()
+    log_stop: bool = False  # stop it once its output passes the log budget (else keep it)
 
     @property
     def sandbox_id(self) -> str:
@@ -102,6 +105,15 @@ class Observed:
     controller_id: str | None = None  # the simple.dev/controller label, if any
 
 
+@dataclass
+class LogView:
+    """A sandbox's output as kept under its log budget, read in chunks of at most
+    LOG_CHUNK bytes (never all at once), and how many bytes the budget dropped."""
+
+    chunks: Iterator[bytes]
+    dropped: int = 0
+
+
 class Backend(ABC):
     """Starts and follows sandboxes. Every method is synchronous and has a timeout."""
 
@@ -143,7 +155,24 @@ class Backend(ABC):
 
     @abstractmethod
     def read_logs(self, sandbox_id: str) -> bytes:
-        """The sandbox's output so far. Raises NotFoundError when it is gone."""
+        """The sandbox's output so far, as kept under the log budget (so at most the
+        budget and a marker line). Raises NotFoundError when it is gone."""
+
+    def open_logs(self, sandbox_id: str) -> LogView:
+        """The output kept, in chunks (what archiving and serving read); backends that
+        can read in pieces do so. Raises NotFoundError when it is gone."""
+        data = self.read_logs(sandbox_id)
+        return LogView(iter([data[i : i + LOG_CHUNK] for i in range(0, len(data), LOG_CHUNK)]))
+
+    def read_logs_from(
+        self, sandbox_id: str, offset: int, limit: int = LOG_CHUNK
+    ) -> tuple[bytes, int]:
+        """Up to `limit` bytes of output from `offset` (a position in what the sandbox
+        wrote), and the offset to read from next: what a follower polls. Backends that
+        keep their output in files read only those bytes."""
+        data = self.read_logs(sandbox_id)
+        piece = data[offset : offset + limit]
+        return piece, offset + len(piece)
 
     @abstractmethod
     def remove(self, sandbox_id: str) -> None:
@@ -162,14 +191,17 @@ class Backend(ABC):
     def follow_logs(
         self, sandbox_id: str, is_running: Callable[[], bool], poll_s: float = 0.5
     ) -> Iterator[bytes]:
-        """Yield output as it grows until the sandbox stops; backends may do better."""
+        """Yield output as it grows until the sandbox stops, from an offset, in bounded
+        chunks; backends may do better."""
         sent = 0
         while True:
             running = is_running()
-            data = self.read_logs(sandbox_id)
-            if len(data) > sent:
-                yield data[sent:]
-                sent = len(data)
+            while True:
+                data, sent = self.read_logs_from(sandbox_id, sent)
+                if data:
+                    yield data
+                if len(data) < LOG_CHUNK:  # caught up
+                    break
             if not running:
                 return
             time.sleep(poll_s)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -95,8 +95,9 @@ class TemplateModel(BaseModel):
         None, ge=1, le=MAX_BATCH_SIZE, strict=True, description="Items per sandbox at most")
     entrypoint: str | None = Field(
         None, description="module:function called with each item's data")
-    secrets: SecretRefs = Field(default_factory=list, description="Secrets the sandbox "
-                                "needs, by reference; never in config, plans or reports")
+    secrets: SecretRefs = Field(default_factory=list, description="Secrets, by reference")
+    on_log_budget: Literal["keep", "stop"] = Field(
+        "keep", description="Past SIMPLE_LOG_BUDGET: keep running (head and tail kept) or stop")
 
     @field_validator("entrypoint")
     @classmethod
@@ -155,8 +156,8 @@ class Template:
     items: tuple[WorkItem, ...] = field(default=(), hash=False, compare=False)
     batch_size: int | None = None
     entrypoint: str | None = None
-    # (name, key, as): references only, never values
-    secrets: tuple[tuple[str, str, str], ...] = ()
+    secrets: tuple[tuple[str, str, str], ...] = ()  # (name, key, as): never values
+    on_log_budget: str = "keep"
 
     def public(self) -> dict[str, Any]:
         """The template as the API shows it."""
@@ -317,6 +318,7 @@ def _to_template(model: TemplateModel, source: str, items: tuple[WorkItem, ...] 
         batch_size=model.batch_size,
         entrypoint=model.entrypoint,
         secrets=tuple((r.name, r.key, r.as_) for r in model.secrets),
+        on_log_budget=model.on_log_budget,
     )
 
 

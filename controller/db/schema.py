@@ -110,6 +110,7 @@ sandboxes = Table(
     Column("tokens", Integer, nullable=False, default=0),
     Column("aggregated", Boolean, nullable=False, default=False),
     Column("log_key", String(300)),
+    Column("log_dropped_bytes", BigInteger),  # output the log budget dropped (archived log)
     Column("stage", Integer, nullable=False, default=0),  # 0-based stage of a staged run
     Column("cost_alerted", Boolean, nullable=False, default=False),
     Index("ix_sandboxes_run_id_position", "run_id", "position"),

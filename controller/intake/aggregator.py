@@ -82,6 +82,23 @@ def read_snapshot(data: bytes, max_bytes: int, cpu_s: float = CPU_BUDGET_S) -> S
         os.unlink(path)
 
 
+def read_snapshot_file(path: str, max_bytes: int, cpu_s: float = CPU_BUDGET_S) -> SnapshotRows:
+    """`read_snapshot` of a private file the controller spooled the snapshot to (never
+    the whole object in memory)."""
+    size = os.path.getsize(path)
+    if size > max_bytes:
+        raise SnapshotRejected(
+            f"snapshot is {size} bytes, over the {max_bytes}-byte limit",
+            hint="keep snapshots small or raise SIMPLE_SNAPSHOT_MAX_BYTES",
+        )
+    with open(path, "rb") as handle:
+        if handle.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+            raise SnapshotRejected(
+                "snapshot is not an SQLite 3 file", hint="PUT the SQLite database file itself"
+            )
+    return _read_private_copy(path, cpu_s)
+
+
 def _read_private_copy(path: str, cpu_s: float) -> SnapshotRows:
     try:
         with open_under_budget(path, cpu_s) as conn:

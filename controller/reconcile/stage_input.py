@@ -13,6 +13,7 @@ import os
 import sqlite3
 import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 
 from sqlalchemy import Connection, Table, select
 
@@ -25,8 +26,9 @@ ITEMS_TABLE = "result_items"  # per-item results, when the controller keeps them
 _SKIPPED_COLUMNS = ("run_id", "snapshot_run_id")
 
 
-def build_stage_input(conn: Connection, run_id: str, stage: int) -> bytes:
-    """The input file of stage `stage`: the rows of stage `stage - 1`."""
+def build_stage_input(conn: Connection, run_id: str, stage: int) -> Path:
+    """The input file of stage `stage`: the rows of stage `stage - 1`, in a private
+    temporary file the caller stores (never read whole into memory) and removes."""
     members = conn.execute(
         select(
             sandboxes.c.id,
@@ -61,10 +63,10 @@ def build_stage_input(conn: Connection, run_id: str, stage: int) -> bytes:
             out.commit()
         finally:
             out.close()
-        with open(path, "rb") as handle:
-            return handle.read()
-    finally:
+    except BaseException:
         os.unlink(path)
+        raise
+    return Path(path)
 
 
 def _copy(

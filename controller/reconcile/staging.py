@@ -61,11 +61,15 @@ def staged_outcome(stages: Sequence[Stage], rows: Sequence[Any]) -> bool:
 def _start_stage(engine: Engine, store: ObjectStore, run_id: str, stage: int) -> None:
     """Write the stage's input (the previous stage's rows), then let it launch."""
     with engine.connect() as conn:
-        data = build_stage_input(conn, run_id, stage)
-    store.put(stage_input_key(run_id, stage), data)
+        path = build_stage_input(conn, run_id, stage)
+    try:
+        size = path.stat().st_size
+        store.put_file(stage_input_key(run_id, stage), path)
+    finally:
+        path.unlink(missing_ok=True)
     with engine.begin() as conn:
         conn.execute(update(runs).where(runs.c.id == run_id).values(stage=stage))
-    logger.info("run %s: stage %d starts (input %d bytes)", run_id, stage, len(data))
+    logger.info("run %s: stage %d starts (input %d bytes)", run_id, stage, size)
 
 
 def _skip_later(

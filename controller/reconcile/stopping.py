@@ -64,16 +64,17 @@ class Stopper:
         try:
             # Archive the output first where stopping deletes it with the sandbox; elsewhere
             # it is archived after the exit, and the stop goes out at once.
-            log_key = (
+            archived = (
                 archive_logs(self.backend, self.store, row)
                 if self.backend.stop_removes_output
                 else None
             )
+            log = {"log_key": archived[0], "log_dropped_bytes": archived[1]} if archived else {}
             with self.engine.begin() as conn:
                 conn.execute(
                     update(sandboxes)
                     .where(sandboxes.c.id == row.id, sandboxes.c.attempt == row.attempt)
-                    .values(stop_reason=reason, log_key=log_key or row.log_key)
+                    .values(stop_reason=reason, **log)
                 )
             logger.info("stopping sandbox %s: %s", row.id, reason.value)
             self._stop_now(row.id)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+CHUNK = 1024 * 1024  # what a streamed read or write holds at once
 
 
 def snapshot_key(run_id: str, sandbox_id: str, attempt: int) -> str:
@@ -50,6 +55,57 @@ class ObjectStore(ABC):
     @abstractmethod
     def get(self, key: str, max_bytes: int | None = None) -> bytes | None:
         """The bytes at `key`, or None when absent. Raises StoreError past `max_bytes`."""
+
+    @abstractmethod
+    def put_file(self, key: str, path: Path) -> None:
+        """Store the file at `path` under `key`, streamed from disk; the file may be moved
+        there (the caller removes it if it is still there)."""
+
+    @abstractmethod
+    def open(self, key: str, max_bytes: int | None = None) -> Iterator[bytes] | None:
+        """The bytes at `key` in chunks of at most CHUNK bytes (read as they are consumed,
+        never all at once), or None when absent. Raises StoreError past `max_bytes`."""
+
+    def staging_dir(self) -> Path:
+        """Where uploads are spooled before `put_file` (a local store: inside it, so the
+        file is renamed into place)."""
+        return Path(tempfile.gettempdir())
+
+    def spool(self) -> tuple[int, Path]:
+        """A new private temporary file in `staging_dir`: (descriptor, path)."""
+        fd, name = tempfile.mkstemp(dir=self.staging_dir(), prefix=".upload-")
+        return fd, Path(name)
+
+    def download(self, key: str, max_bytes: int | None = None) -> Path | None:
+        """The object at `key` copied to a new private temporary file, a chunk at a time
+        (the caller removes it), or None when absent."""
+        chunks = self.open(key, max_bytes=max_bytes)
+        if chunks is None:
+            return None
+        fd, name = tempfile.mkstemp(prefix="simple-download-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+        except BaseException:
+            os.unlink(name)
+            raise
+        return Path(name)
+
+    def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int:
+        """Store what `chunks` yields under `key`, through a temporary file: never more
+        than one chunk in memory. The bytes stored."""
+        fd, path = self.spool()
+        written = 0
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+                    written += len(chunk)
+            self.put_file(key, path)
+        finally:
+            path.unlink(missing_ok=True)
+        return written
 
     @abstractmethod
     def size(self, key: str) -> int | None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from controller.errors import PayloadTooLargeError, StoreError, UnavailableError
-from controller.store.base import ObjectStore, StoredObject
+from controller.store.base import CHUNK, ObjectStore, StoredObject
+
+STAGING = ".staging"  # uploads being received: inside the store, renamed into place
 
 
 class LocalStore(ObjectStore):
@@ -38,6 +42,42 @@ class LocalStore(ObjectStore):
         except OSError as e:
             Path(tmp).unlink(missing_ok=True)
             raise StoreError(f"cannot write {key} to {self.root}: {e}") from e
+
+    def staging_dir(self) -> Path:
+        staging = self.root / STAGING
+        staging.mkdir(mode=0o700, exist_ok=True)
+        return staging
+
+    def put_file(self, key: str, path: Path) -> None:
+        target = self._path(key)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.replace(path, target)  # the staging directory is on the store's disk
+            except OSError:  # another file system: copy beside the target, then rename
+                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".upload-")
+                try:
+                    with os.fdopen(fd, "wb") as out, open(path, "rb") as source:
+                        shutil.copyfileobj(source, out, CHUNK)
+                    os.replace(tmp, target)
+                finally:
+                    Path(tmp).unlink(missing_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot write {key} to {self.root}: {e}") from e
+
+    def open(self, key: str, max_bytes: int | None = None) -> Iterator[bytes] | None:
+        path = self._path(key)
+        try:
+            handle = open(path, "rb")  # noqa: SIM115 - closed by the generator
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StoreError(f"cannot read {key} from {self.root}: {e}") from e
+        size = os.fstat(handle.fileno()).st_size
+        if max_bytes is not None and size > max_bytes:
+            handle.close()
+            raise PayloadTooLargeError(f"{key} is {size} bytes, over the {max_bytes} limit")
+        return _read_chunks(handle)
 
     def get(self, key: str, max_bytes: int | None = None) -> bytes | None:
         path = self._path(key)
@@ -96,3 +136,9 @@ class LocalStore(ObjectStore):
                 f"store directory {self.root} is not writable",
                 hint="fix its permissions or set SIMPLE_STORE_URL",
             )
+
+
+def _read_chunks(handle: Any) -> Iterator[bytes]:
+    with handle:
+        while chunk := handle.read(CHUNK):
+            yield chunk

@@ -15,7 +15,8 @@ boto3 is imported only here, so the embedded default starts without it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -32,7 +33,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from controller.errors import ConfigError, PayloadTooLargeError, StoreError, UnavailableError
-from controller.store.base import ObjectStore, StoredObject
+from controller.store.base import CHUNK, ObjectStore, StoredObject
 
 if TYPE_CHECKING:
     from controller.settings import Settings
@@ -154,15 +155,50 @@ class S3Store(ObjectStore):
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def put(self, key: str, data: bytes) -> None:
-        content_type = (
-            "text/plain; charset=utf-8" if key.endswith(".log") else "application/octet-stream"
-        )
         try:
             self._client.put_object(
-                Bucket=self.bucket, Key=self.object_key(key), Body=data, ContentType=content_type
+                Bucket=self.bucket, Key=self.object_key(key), Body=data,
+                ContentType=_content_type(key),
             )
         except (BotoCoreError, ClientError) as e:
             raise self._error(f"cannot write {key}", e) from e
+
+    def put_file(self, key: str, path: Path) -> None:
+        """One PUT whose body botocore reads from the file as it sends it."""
+        try:
+            with open(path, "rb") as body:
+                self._client.put_object(
+                    Bucket=self.bucket, Key=self.object_key(key), Body=body,
+                    ContentType=_content_type(key),
+                )
+        except (BotoCoreError, ClientError) as e:
+            raise self._error(f"cannot write {key}", e) from e
+        except OSError as e:
+            raise StoreError(f"cannot read the upload of {key} at {path}: {e}") from e
+
+    def open(self, key: str, max_bytes: int | None = None) -> Iterator[bytes] | None:
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=self.object_key(key))
+        except ClientError as e:
+            if _code(e) in _MISSING_KEY_CODES:
+                return None
+            raise self._error(f"cannot read {key}", e) from e
+        except BotoCoreError as e:
+            raise self._error(f"cannot read {key}", e) from e
+        body = response["Body"]
+        size = int(response.get("ContentLength", 0))
+        if max_bytes is not None and size > max_bytes:
+            body.close()
+            raise PayloadTooLargeError(f"{key} is {size} bytes, over the {max_bytes} limit")
+        return self._chunks(key, body)
+
+    def _chunks(self, key: str, body: Any) -> Iterator[bytes]:
+        try:
+            yield from body.iter_chunks(CHUNK)
+        except (BotoCoreError, ClientError) as e:
+            raise self._error(f"cannot read {key}", e) from e
+        finally:
+            body.close()
 
     def get(self, key: str, max_bytes: int | None = None) -> bytes | None:
         try:
@@ -308,6 +344,10 @@ class S3Store(ObjectStore):
         if isinstance(e, NoCredentialsError | PartialCredentialsError):
             return StoreError(message, hint=_CREDENTIALS_HINT, transient=False)
         return StoreError(message, transient=False)
+
+
+def _content_type(key: str) -> str:
+    return "text/plain; charset=utf-8" if key.endswith(".log") else "application/octet-stream"
 
 
 def _code(e: ClientError) -> str:

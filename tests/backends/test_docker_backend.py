@@ -331,8 +331,8 @@ def test_follow_logs_falls_back_to_polling_without_repeating(tmp_path: Path) -> 
         raise requests.ConnectionError("engine went away")
 
     client = mock.Mock()
-    client.api.logs.side_effect = lambda *a, stream=False, **kw: (
-        mock.Mock(__iter__=lambda self: broken_stream()) if stream else b"abcd"
+    client.api.logs.side_effect = lambda *a, stream=False, follow=False, **kw: (
+        mock.Mock(__iter__=lambda self: broken_stream()) if follow else iter([b"ab", b"cd"])
     )
     fake = DockerBackend(settings(tmp_path), client_factory=lambda: client)
     assert list(fake.follow_logs("sbx-1", is_running=lambda: False)) == [b"ab", b"cd"]
@@ -365,3 +365,38 @@ def test_a_template_secret_reaches_the_container_by_name_only(
         assert wait_for(backend, sandbox_id, ObservedState.EXITED).exit_code == 0
     finally:
         backend.close()
+
+
+@pytest.mark.docker
+def test_a_flood_is_bounded_by_the_engine_and_the_log_budget(
+    sandbox_image: str, tmp_path: Path, make_spec: MakeSpec, docker_run_id: str
+) -> None:
+    """Finding 1 (issue 25) on Docker: the container's log is rotated by the engine
+    (json-file max-size/max-file from SIMPLE_LOG_BUDGET), and reading it keeps head and
+    tail within the budget, the middle counted, never the whole stream in memory."""
+    budget = 256 * 1024
+    flooding = DockerBackend(settings(tmp_path, log_budget=budget))
+    sandbox_id = f"{docker_run_id}-flood"
+    script = "import sys\nfor i in range(40):\n    sys.stdout.write(f'{i:04d}' * 65536)\n"
+    script += "print('THE END')"
+    try:
+        flooding.launch(make_spec(sandbox_id, run_id=docker_run_id,
+                                  command=["python", "-c", script]))
+        wait_for(flooding, sandbox_id, ObservedState.EXITED)
+        config = flooding._docker().api.inspect_container(sandbox_id)["HostConfig"]["LogConfig"]
+        assert config == {"Type": "json-file", "Config": {"max-size": "128k", "max-file": "2"}}
+        # 10 MiB written; the engine kept the latest ~256 KiB, and reading stays in budget.
+        kept = flooding.read_logs(sandbox_id)
+        assert 0 < len(kept) <= budget
+        assert kept.rstrip().endswith(b"THE END") and not kept.startswith(b"0000")
+        # A smaller budget on what the engine kept: head and tail, the middle counted.
+        reader = DockerBackend(settings(tmp_path, log_budget=64 * 1024))
+        view = reader.open_logs(sandbox_id)
+        cut = b"".join(view.chunks)
+        reader.close()
+        assert view.dropped > 0
+        assert b"[\xe2\x80\xa6 %d bytes dropped by SIMPLE's log budget" % view.dropped in cut
+        assert len(cut) <= 64 * 1024 + 100 and cut.rstrip().endswith(b"THE END")
+    finally:
+        flooding.remove(sandbox_id)
+        flooding.close()

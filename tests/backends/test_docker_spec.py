@@ -110,6 +110,14 @@ def test_no_limits_when_resources_are_unset(make_spec: MakeSpec) -> None:
     assert not {"mem_limit", "memswap_limit", "nano_cpus"} & set(kwargs)
 
 
+def test_the_engine_rotates_the_output_under_the_log_budget(make_spec: MakeSpec) -> None:
+    """Issue 25 finding 1: json-file rotated at half SIMPLE_LOG_BUDGET, two files."""
+    default = build_container_spec(make_spec())["log_config"]
+    assert default == {"type": "json-file", "config": {"max-size": "8192k", "max-file": "2"}}
+    small = build_container_spec(make_spec(), log_budget=1 << 20)["log_config"]
+    assert small["config"] == {"max-size": "512k", "max-file": "2"}
+
+
 def test_build_is_pure_and_repeatable(make_spec: MakeSpec) -> None:
     spec = make_spec(memory="1Gi", cpu="2")
     assert build_container_spec(spec) == build_container_spec(spec)

@@ -273,6 +273,31 @@ def test_read_logs_returns_the_pods_bytes_verbatim(backend: KubernetesBackend,
     assert {(r.name, r.params["container"]) for r in log_reads} == {(pod, "sandbox")}
 
 
+def test_logs_are_read_under_the_log_budget(cluster: FakeCluster, k8s_settings: Settings,
+                                            make_spec: MakeSpec) -> None:
+    """Issue 25 finding 1: the API is asked for at most four budgets (limitBytes) and what
+    comes is kept as head and tail, the middle counted, a chunk at a time."""
+    batch, core = cluster.apis()
+    budget = 64 * 1024
+    settings = k8s_settings.model_copy(update={"log_budget": budget})
+    small = KubernetesBackend(settings, batch_api=batch, core_api=core, clock=lambda: T0,
+                              informers=False)
+    try:
+        small.launch(make_spec("sbx-flood"))
+        pod = cluster.start_pod("sbx-flood")
+        flood = b"START\n" + b"x" * 200_000 + b"\nEND\n"
+        cluster.logs[pod] = flood
+        view = small.open_logs("sbx-flood")
+        kept = b"".join(view.chunks)
+        assert view.dropped > 0 and len(kept) <= budget + 100
+        assert kept.startswith(b"START\n") and kept.endswith(b"\nEND\n")
+        assert b"[\xe2\x80\xa6 %d bytes dropped by SIMPLE's log budget" % view.dropped in kept
+        reads = [r for r in cluster.requests() if r.subresource == "log"]
+        assert {r.params.get("limitBytes") for r in reads} == {str(4 * budget)}
+    finally:
+        small.close()
+
+
 def test_read_logs_of_a_gone_sandbox_is_not_found(backend: KubernetesBackend) -> None:
     with pytest.raises(NotFoundError):
         backend.read_logs("sbx-never")

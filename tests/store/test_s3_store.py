@@ -259,3 +259,20 @@ def snapshot_file(path: Path, run_id: str) -> bytes:
     conn.commit()
     conn.close()
     return path.read_bytes()
+
+
+def test_streamed_put_and_open(store: S3Store) -> None:
+    """Issue 25 finding 5: objects go in from a file and come out in chunks."""
+    data = bytes(range(256)) * 20_000  # 5 MB, several chunks
+    assert store.put_chunks("logs/big.log", (data[i:i + 70_000]
+                                              for i in range(0, len(data), 70_000))) == len(data)
+    chunks = store.open("logs/big.log")
+    assert chunks is not None
+    pieces = list(chunks)
+    assert b"".join(pieces) == data and max(map(len, pieces)) <= 1024 * 1024
+    assert store.open("logs/none.log") is None
+    with pytest.raises(PayloadTooLargeError):
+        store.open("logs/big.log", max_bytes=len(data) - 1)
+    path = store.download("logs/big.log")
+    assert path is not None and path.read_bytes() == data
+    path.unlink()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi import Path as FastApiPath
-from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from controller.api.deps import (
     Authorized,
@@ -15,6 +17,7 @@ from controller.api.deps import (
     FollowerSlotsDep,
     SignerDep,
     TokenAttempt,
+    TransferSlotsDep,
 )
 from controller.api.log_follow import follow as follow_logs
 from controller.api.requests import EventBatch
@@ -25,13 +28,9 @@ from controller.api.responses import (
     SnapshotStored,
     error_responses,
 )
+from controller.api.transfers import receive, send
 from controller.attempts.urls import SNAPSHOT_PURPOSE, input_key, input_purpose
-from controller.errors import (
-    ForbiddenError,
-    NotFoundError,
-    PayloadTooLargeError,
-    UnauthorizedError,
-)
+from controller.errors import ForbiddenError, NotFoundError, UnauthorizedError
 from controller.intake.event_batch import EventRequest, IncomingEvent
 from controller.intake.ingest import load_sandbox
 from controller.intake.tokens import Signer
@@ -81,18 +80,18 @@ def sandbox_logs(
             stream = follow_logs(controller, sandbox_id, slot)
             return StreamingResponse(stream, media_type="text/plain")
         try:
-            return PlainTextResponse(controller.backend.read_logs(sandbox_id))
+            return _text(controller.backend.open_logs(sandbox_id).chunks)
         except NotFoundError:
             pass
+    if not row.log_key and row.status != SandboxStatus.RUNNING:
+        try:  # ended, its logs not archived yet: still there (or archived meanwhile)
+            return _text(controller.backend.open_logs(sandbox_id).chunks)
+        except NotFoundError:
+            row = load_sandbox(controller.engine, sandbox_id)
     if row.log_key:
-        data = controller.store.get(row.log_key)
-        if data is not None:
-            return PlainTextResponse(data)
-    elif row.status != SandboxStatus.RUNNING:  # ended, its logs not archived yet: still there
-        try:
-            return PlainTextResponse(controller.backend.read_logs(sandbox_id))
-        except NotFoundError:
-            pass
+        chunks = controller.store.open(row.log_key)
+        if chunks is not None:
+            return _text(chunks)
     raise NotFoundError(
         f"no logs for sandbox {sandbox_id} (status {row.status})",
         # archived once, gone now: retention removed them (docs/operations.md)
@@ -100,6 +99,11 @@ def sandbox_logs(
         if row.log_key
         else "logs exist once the sandbox has started",
     )
+
+
+def _text(chunks: Iterator[bytes]) -> StreamingResponse:
+    """Output as it is kept, streamed a chunk at a time (at most the log budget)."""
+    return StreamingResponse(chunks, media_type="text/plain; charset=utf-8")
 
 
 @router.post(
@@ -131,7 +135,7 @@ async def post_events(
     "/{sandbox_id}/snapshot",
     status_code=201,
     response_model=SnapshotStored,
-    responses=error_responses(401, 403, 413),
+    responses=error_responses(401, 403, 413, 429),
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -147,27 +151,24 @@ async def put_snapshot(
     request: Request,
     controller: ControllerDep,
     signer: SignerDep,
+    transfers: TransferSlotsDep,
     attempt: Annotated[int, Query(ge=1)],
     signature: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
 ) -> dict[str, Any]:
-    """Where sandboxes upload snapshots when the store has no presigned URLs (local store)."""
-    row = _signed_attempt(
-        controller, signer, sandbox_id, attempt, signature, SNAPSHOT_PURPOSE,
-        refused=(f"invalid upload signature for sandbox {sandbox_id}",
-                 "PUT to SIMPLE_SNAPSHOT_URL exactly as given"),
+    """Where sandboxes upload snapshots when the store has no presigned URLs (local store):
+    streamed to a temporary file, one upload at a time per attempt (429 otherwise)."""
+    row = await run_in_threadpool(
+        _signed_attempt, controller, signer, sandbox_id, attempt, signature, SNAPSHOT_PURPOSE,
+        (f"invalid upload signature for sandbox {sandbox_id}",
+         "PUT to SIMPLE_SNAPSHOT_URL exactly as given"),
     )
-    limit = controller.settings.snapshot_max_bytes
-    body = bytearray()
-    async for chunk in request.stream():
-        body.extend(chunk)
-        if len(body) > limit:
-            raise PayloadTooLargeError(
-                f"snapshot is over the {limit}-byte limit",
-                hint="keep snapshots small or raise SIMPLE_SNAPSHOT_MAX_BYTES",
-            )
     key = snapshot_key(row.run_id, sandbox_id, attempt)
-    controller.store.put(key, bytes(body))
-    return {"key": key, "bytes": len(body)}
+    with transfers.take(sandbox_id, attempt, "upload"):
+        size = await receive(
+            request, controller.store, key, controller.settings.snapshot_max_bytes, "snapshot",
+            hint="keep snapshots small or raise SIMPLE_SNAPSHOT_MAX_BYTES",
+        )
+    return {"key": key, "bytes": size}
 
 
 @router.get(
@@ -179,7 +180,7 @@ async def put_snapshot(
             "description": "The attempt's items (JSON Lines), its checkpoint (SQLite) or "
             "the previous stage's rows (SQLite)",
         },
-        **error_responses(401, 403, 404),
+        **error_responses(401, 403, 404, 429),
     },
 )
 def get_input(
@@ -187,11 +188,13 @@ def get_input(
     kind: Annotated[str, FastApiPath(pattern="^(items|resume|stage)$")],
     controller: ControllerDep,
     signer: SignerDep,
+    transfers: TransferSlotsDep,
     attempt: Annotated[int, Query(ge=1)],
     signature: Annotated[str, Query(pattern="^[0-9a-f]{64}$")],
 ) -> Response:
     """SIMPLE_ITEMS_URL, SIMPLE_RESUME_URL and SIMPLE_INPUT_URL when the store has no
-    presigned URLs: signed for one attempt of one sandbox and one kind of input."""
+    presigned URLs: signed for one attempt of one sandbox and one kind of input; streamed
+    from the store, one download at a time per attempt (429 otherwise)."""
     row = _signed_attempt(
         controller, signer, sandbox_id, attempt, signature, input_purpose(kind),
         refused=(f"invalid signature for the {kind} input of sandbox {sandbox_id}",
@@ -200,10 +203,15 @@ def get_input(
     key = input_key(kind, row.run_id, sandbox_id, attempt, row.stage)
     # The stage input holds a whole stage's rows: allowed as much as 64 snapshots.
     limit = controller.settings.snapshot_max_bytes * 64 if kind == "stage" else None
-    data = controller.store.get(key, max_bytes=limit)
-    if data is None:
-        raise NotFoundError(f"sandbox {sandbox_id} attempt {attempt} has no {kind} input")
-    return Response(data, media_type="application/octet-stream")
+    transfer = transfers.take(sandbox_id, attempt, "download")
+    try:
+        chunks = controller.store.open(key, max_bytes=limit)
+        if chunks is None:
+            raise NotFoundError(f"sandbox {sandbox_id} attempt {attempt} has no {kind} input")
+    except BaseException:
+        transfer.release()
+        raise
+    return StreamingResponse(send(chunks, transfer), media_type="application/octet-stream")
 
 
 def _signed_attempt(
@@ -214,7 +222,7 @@ def _signed_attempt(
     signature: str,
     purpose: str,
     refused: tuple[str, str],
-) -> Any:
+) -> Any:  # blocking (a database read): async routes call it in a worker thread
     """The sandbox's row, if `signature` is the controller's for this attempt and purpose
     and that attempt still runs. An unknown sandbox gets the same 401 as a wrong signature,
     so sandbox ids cannot be probed without one; a signed attempt that is over gets 403."""

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import requests
 
-from controller.backends.base import Backend, Notify, Observed, ObservedState, SandboxSpec
+from controller.backends import logbudget
+from controller.backends.base import Backend, LogView, Notify, Observed, ObservedState, SandboxSpec
 from controller.backends.docker.exits import exit_from_inspect
 from controller.backends.docker.spec import build_container_spec
 from controller.backends.template_secrets import resolve
@@ -100,6 +101,7 @@ class DockerBackend(Backend):
             spec,
             user=self._settings.docker_runtime_user,
             network=self._settings.docker_network,
+            log_budget=self._settings.log_budget,
         )
 
     def check(self) -> None:
@@ -178,8 +180,22 @@ class DockerBackend(Backend):
         logger.info("stopped sandbox %s", sandbox_id)
 
     def read_logs(self, sandbox_id: str) -> bytes:
+        return b"".join(self.open_logs(sandbox_id).chunks)
+
+    def open_logs(self, sandbox_id: str) -> LogView:
+        """The engine's log stream (bounded on disk by the container's log options), read a
+        frame at a time through the log budget into a temporary directory: never the
+        whole log in memory."""
         try:
-            data = self._docker().api.logs(sandbox_id, stdout=True, stderr=True, stream=False)
+            stream = self._docker().api.logs(
+                sandbox_id, stdout=True, stderr=True, stream=True, follow=False
+            )
+            try:
+                kept, dropped = logbudget.spool(stream, self._settings.log_budget)
+            finally:
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    close()
         except NotFound as e:
             raise NotFoundError(
                 f"no container for sandbox {sandbox_id}",
@@ -187,7 +203,7 @@ class DockerBackend(Backend):
             ) from e
         except (DockerException, requests.RequestException) as e:
             raise engine_call_error(f"read logs of sandbox {sandbox_id}", e) from e
-        return bytes(data)
+        return LogView(kept, dropped)
 
     def follow_logs(
         self, sandbox_id: str, is_running: Callable[[], bool], poll_s: float = 0.5

@@ -23,6 +23,15 @@ TMPFS_MOUNTS: dict[str, str] = {
     "/tmp": "rw,size=16m,mode=1777",
 }
 DOCKER_MIN_MEMORY_BYTES = 6 * 1024 * 1024  # the engine refuses smaller limits
+LOG_FILES = 2  # json-file rotation: the engine keeps at most this many files of output
+
+
+def log_options(budget: int) -> dict[str, Any]:
+    """The engine's own bound on a container's output: json-file rotated at half the log
+    budget, two files kept (the latest output; SIMPLE's budget then keeps head and tail of
+    what the engine kept)."""
+    size_k = max(budget // LOG_FILES // 1024, 1)
+    return {"type": "json-file", "config": {"max-size": f"{size_k}k", "max-file": str(LOG_FILES)}}
 
 
 def parse_memory(value: str | int) -> int:
@@ -69,12 +78,17 @@ def tmpfs_mounts(user: str) -> dict[str, str]:
 
 
 def build_container_spec(
-    spec: SandboxSpec, *, user: str = "10001:10001", network: str | None = None
+    spec: SandboxSpec,
+    *,
+    user: str = "10001:10001",
+    network: str | None = None,
+    log_budget: int = 16 * 1024 * 1024,
 ) -> dict[str, Any]:
     """`containers.create(**kwargs)` arguments for one sandbox attempt.
 
     `user` is "uid:gid" (Settings.docker_runtime_user); `network` is a network
-    mode or user network name (Settings.docker_network), None for the default bridge.
+    mode or user network name (Settings.docker_network), None for the default bridge;
+    `log_budget` is Settings.log_budget, the engine's log rotation follows it.
     """
     kwargs: dict[str, Any] = {
         "name": spec.sandbox_id,
@@ -94,6 +108,8 @@ def build_container_spec(
         "init": True,
         # Kept after exit: the exit code, OOM flag and logs are read before `remove`.
         "auto_remove": False,
+        # The engine rotates the output: a flood cannot fill the host's disk.
+        "log_config": log_options(log_budget),
         **resource_limits(spec.resources),
     }
     if network is not None:

@@ -8,7 +8,7 @@ module (and rendering Jobs) needs neither the package nor a cluster.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from controller.errors import BackendError, UnavailableError
@@ -38,6 +38,24 @@ def body_bytes(response: Any) -> bytes:
     if isinstance(response, str):
         return response.encode()
     return bytes(response.data)
+
+
+def body_chunks(response: Any, size: int = 64 * 1024) -> Iterator[bytes]:
+    """A raw answer's body a chunk at a time (a streamed urllib3 response), connection
+    given back at the end; bytes or text answers (fakes) as one chunk."""
+    if isinstance(response, bytes | str):
+        yield body_bytes(response)
+        return
+    stream = getattr(response, "stream", None)
+    if stream is None:
+        yield body_bytes(response)
+        return
+    try:
+        yield from stream(size, decode_content=True)
+    finally:
+        release = getattr(response, "release_conn", None)
+        if release is not None:
+            release()
 
 
 # -- API errors -------------------------------------------------------------------------

@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from controller.backends.base import Backend, Notify, Observed, SandboxSpec
+from controller.backends import logbudget
+from controller.backends.base import Backend, LogView, Notify, Observed, SandboxSpec
 from controller.backends.kubernetes.api import (
     KubernetesApiError,
-    body_bytes,
+    body_chunks,
 )
 from controller.backends.kubernetes.calls import KubeCalls
 from controller.backends.kubernetes.informer import Informer
@@ -64,6 +65,7 @@ REQUIRED_RBAC: dict[tuple[str, str], frozenset[str]] = {
 }
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={LABEL_MANAGED_BY_VALUE}"
+LOG_READ_BUDGETS = 4  # a log read asks the API for at most this many log budgets (limitBytes)
 
 
 class KubernetesBackend(Backend):
@@ -97,6 +99,7 @@ class KubernetesBackend(Backend):
         self.namespace = settings.kubernetes_namespace
         self.service_account = settings.kubernetes_sandbox_service_account
         self.job_ttl_s = settings.kubernetes_job_ttl_s
+        self.log_budget = settings.log_budget
         self.api = KubeCalls(self.namespace, self.selector, **api)
         self.objects = SandboxObjects(self.api, self.namespace)
         self._clock = clock
@@ -163,7 +166,14 @@ class KubernetesBackend(Backend):
             log.info("removed Job %s/%s", self.namespace, sandbox_id)
 
     def read_logs(self, sandbox_id: str) -> bytes:
-        """The newest Pod's output so far; empty while its container is still starting."""
+        """The newest Pod's output so far, as kept under the log budget; empty while its
+        container is still starting."""
+        return b"".join(self.open_logs(sandbox_id).chunks)
+
+    def open_logs(self, sandbox_id: str) -> LogView:
+        """The newest Pod's output streamed from the API (at most LOG_READ_BUDGETS times the
+        budget: the kubelet's own rotation bounds what it keeps) through the log budget
+        into a temporary directory, a chunk at a time."""
         _, core = self.api.apis()
         cache = self._cache()
         if cache is not None:
@@ -185,6 +195,7 @@ class KubernetesBackend(Backend):
                 pod_name,
                 self.namespace,
                 container=CONTAINER_NAME,
+                limit_bytes=self.log_budget * LOG_READ_BUDGETS,
             )
         except KubernetesApiError as e:
             if e.status == 404:
@@ -193,9 +204,10 @@ class KubernetesBackend(Backend):
                     hint="its logs are only in the controller's archive",
                 ) from e
             if e.status == 400:  # "container ... is waiting to start": no output yet
-                return b""
+                return LogView(iter(()))
             raise
-        return body_bytes(response)
+        kept, dropped = logbudget.spool(body_chunks(response), self.log_budget)
+        return LogView(kept, dropped)
 
     def check(self) -> None:
         """Raise UnavailableError when the API cannot be reached or refuses to list Jobs."""

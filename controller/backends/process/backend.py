@@ -29,7 +29,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from controller.backends.base import Backend, Notify, Observed, ObservedState, SandboxSpec
+from controller.backends import logbudget
+from controller.backends.base import (
+    LOG_CHUNK,
+    Backend,
+    LogView,
+    Notify,
+    Observed,
+    ObservedState,
+    SandboxSpec,
+)
 from controller.backends.process.forkserver import SUPERVISOR, ExitWatch, ForkServer
 from controller.backends.process.user import (
     PRIVATE,
@@ -48,6 +57,9 @@ from sandbox_image.contract import LABEL_CONTROLLER, LABEL_RUN_ID
 logger = logging.getLogger(__name__)
 
 STOP_GRACE_S = 3.0
+LOG_BUDGET_STOPPED = (
+    "stopped: its output passed SIMPLE_LOG_BUDGET and its template says on_log_budget: stop"
+)
 # What a sandbox process inherits from the controller: enough to run, no secrets.
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
 
@@ -65,6 +77,7 @@ class ProcessBackend(Backend):
         self.python = settings.process_python or sys.executable
         self.nice = settings.process_nice
         self.secrets_dir = settings.template_secrets_dir
+        self.log_budget = settings.log_budget
         self.users = SandboxUsers(
             UserPolicy.parse(settings.process_user),
             self.python,
@@ -125,6 +138,8 @@ class ProcessBackend(Backend):
                 "command": list(self._command(spec.command)),
                 "env": env,
                 "nice": self.nice,
+                "log_budget": self.log_budget,
+                "log_stop": spec.log_stop,
             }
         )
         _write_json(directory / "supervisor.json", {"pid": pid})
@@ -219,6 +234,7 @@ class ProcessBackend(Backend):
                 exit_code=exit_info["exit_code"],
                 oom_killed=bool(exit_info.get("oom_killed")),
                 exited_at=exit_info.get("finished_at"),
+                reason=LOG_BUDGET_STOPPED if exit_info.get("log_budget_stopped") else None,
             )
         return None  # the supervisor died without recording an exit: the sandbox is lost
 
@@ -250,14 +266,27 @@ class ProcessBackend(Backend):
             return pid
         return None
 
-    def read_logs(self, sandbox_id: str) -> bytes:
-        logs = sorted(
-            self.root.glob(f"{sandbox_id}/attempt-*/output.log"),
-            key=lambda p: int(p.parent.name.split("-")[1]),
+    def _latest(self, sandbox_id: str) -> str:
+        """The directory of the sandbox's latest attempt with output."""
+        dirs = sorted(
+            (p.parent for p in self.root.glob(f"{sandbox_id}/attempt-*/{logbudget.HEAD}")),
+            key=lambda p: int(p.name.split("-")[1]),
         )
-        if not logs:
+        if not dirs:
             raise NotFoundError(f"no live logs for sandbox {sandbox_id}")
-        return logs[-1].read_bytes()
+        return str(dirs[-1])
+
+    def read_logs(self, sandbox_id: str) -> bytes:
+        return logbudget.read_all(self._latest(sandbox_id))
+
+    def open_logs(self, sandbox_id: str) -> LogView:
+        chunks, dropped = logbudget.open_kept(self._latest(sandbox_id))
+        return LogView(chunks, dropped)
+
+    def read_logs_from(
+        self, sandbox_id: str, offset: int, limit: int = LOG_CHUNK
+    ) -> tuple[bytes, int]:
+        return logbudget.read_from(self._latest(sandbox_id), offset, limit)
 
     def remove(self, sandbox_id: str) -> None:
         shutil.rmtree(self.root / sandbox_id, ignore_errors=True)

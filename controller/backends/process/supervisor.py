@@ -3,15 +3,19 @@
     python -I -S process_supervisor.py --serve
 
 The fork server reads requests from stdin, one JSON object per line:
-`{"directory", "memory_limit", "workdir", "user", "command", "env"}`, and answers each
+`{"directory", "memory_limit", "workdir", "user", "command", "env", "log_budget",
+"log_stop"}`, and answers each
 with one line on stdout, the pid of the supervisor it forked (or `error <reason>`).
 Forking a small running interpreter costs about a millisecond; starting one per
 sandbox cost 10-20 ms of CPU, more on busy cores, on every launch's path.
 
 A supervisor starts COMMAND (with exactly the environment ENV) in its own session and
-process group with WORKDIR as working directory and output to DIRECTORY/output.log,
-kills it (SIGKILL) if the resident memory of its whole session (every process it
-started that did not leave it with setsid) passes MEMORY_LIMIT bytes (0 = no limit),
+process group with WORKDIR as working directory and its output (stdout and stderr, one
+pipe) written under the log budget LOG_BUDGET: the head in DIRECTORY/output.log, the
+tail in rotating segments beside it (`logbudget.py`), the middle counted, never stored;
+with LOG_STOP it kills the sandbox once its output passes the budget instead. It kills
+it (SIGKILL) if the resident memory of its whole session (every process it started that
+did not leave it with setsid) passes MEMORY_LIMIT bytes (0 = no limit),
 and writes DIRECTORY/exit.json when it ends. Its own working directory is DIRECTORY,
 which, with its command line, is how a controller recognises it (`/proc/<pid>/cwd`).
 USER is `-` (run COMMAND as the supervisor's own user) or `uid:gid[:unique]`: COMMAND
@@ -30,8 +34,10 @@ import select
 import signal
 import sys
 import time
+from typing import Any
 
 POLL_S = 0.05
+DEFAULT_LOG_BUDGET = 16 << 20
 PAGE = os.sysconf("SC_PAGE_SIZE")
 PR_SET_NO_NEW_PRIVS = 38  # <linux/prctl.h>
 
@@ -210,37 +216,54 @@ def supervise(
     user: tuple[int, int, bool] | None,
     command: list[str],
     env: dict[str, str],
-    log_fd: int,
+    log: Any,
     nice: int = 0,
+    log_stop: bool = False,
 ) -> None:
-    pid = spawn(workdir, command, env, log_fd, user, nice)
+    read_fd, write_fd = logbudget.output_pipe()
+    pid = spawn(workdir, command, env, write_fd, user, nice)
+    os.close(write_fd)  # the sandbox holds the only write ends: EOF once they are gone
     unique_uid = user[0] if user is not None and user[2] else None
     write_record(os.path.join(directory, "child.json"), {"pid": pid, "pgid": pid})
-    poller = exit_poller(pid)
-    oom = False
-    polls = 0
+    exits = exit_poller(pid)
+    watching_exit = exits is not None
+    poller = exits or select.poll()
+    poller.register(read_fd, select.POLLIN)
+    piped = True
+    oom = over_budget = False
+    checks = 0
+    next_check = time.monotonic()
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             break
-        polls += 1
-        # The direct child every poll; all of the sandbox (a /proc scan) every fourth.
-        if memory_limit and (
-            rss_bytes(pid) > memory_limit
-            or (polls % 4 == 0 and sandbox_rss(pid, unique_uid) > memory_limit)
-        ):
-            oom = True
+        now = time.monotonic()
+        # The direct child every check; all of the sandbox (a /proc scan) every fourth.
+        if memory_limit and now >= next_check:
+            checks += 1
+            next_check = now + POLL_S
+            if rss_bytes(pid) > memory_limit or (
+                checks % 4 == 0 and sandbox_rss(pid, unique_uid) > memory_limit
+            ):
+                oom = True
+        if log_stop and log.written > log.head_limit + 2 * log.segment:
+            over_budget = True
+        if oom or over_budget:
             kill_session(pid, user)
             _, status = os.waitpid(pid, 0)
             break
-        # Woken as soon as the child exits: its end is on the sandbox's critical path.
-        if poller is None:
-            time.sleep(POLL_S)
-        else:
-            poller.poll(POLL_S * 1000 if memory_limit else None)
+        # Woken by output, or as soon as the child exits: its end is on the critical path.
+        wait_ms = POLL_S * 1000 if (memory_limit or not watching_exit) else None
+        for fd, _ in poller.poll(wait_ms):
+            if fd == read_fd and piped and not logbudget.pump(read_fd, log):
+                piped = False
+                poller.unregister(read_fd)
     code = os.waitstatus_to_exitcode(status)
     # The session may hold grandchildren; the sandbox ends with all of them.
     kill_session(pid, user)
+    if piped:
+        logbudget.drain(read_fd, log)
+    os.close(read_fd)
     if user is not None:  # what it left behind is no longer reachable by its uid
         try:
             os.chown(workdir, os.getuid(), os.getgid())
@@ -248,13 +271,17 @@ def supervise(
         except OSError:
             pass  # already removed
     if oom:
-        os.write(log_fd, b"simple: killed: resident memory passed the sandbox's memory limit\n")
+        log.write(b"simple: killed: resident memory passed the sandbox's memory limit\n")
+    if over_budget:
+        log.write(b"simple: stopped: its output passed the sandbox's log budget\n")
+    log.close()
     write_record(
         os.path.join(directory, "exit.json"),
         {
             "exit_code": 128 - code if code < 0 else code,
             "signal": -code if code < 0 else None,
             "oom_killed": oom,
+            "log_budget_stopped": over_budget,
             "finished_at": time.time(),
         },
     )
@@ -274,7 +301,7 @@ def supervisor(request: dict) -> None:
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    log_fd = os.open(os.path.join(directory, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    log = logbudget.BudgetWriter(directory, int(request.get("log_budget") or DEFAULT_LOG_BUDGET))
     supervise(
         directory,
         int(request["memory_limit"]),
@@ -282,14 +309,34 @@ def supervisor(request: dict) -> None:
         parse_user(request["user"]),
         [str(arg) for arg in request["command"]],
         {str(k): str(v) for k, v in request["env"].items()},
-        log_fd,
+        log,
         int(request.get("nice", 0)),
+        bool(request.get("log_stop")),
     )
+
+
+def load_logbudget() -> Any:
+    """The controller's `backends/logbudget.py`, loaded by path: this script runs isolated
+    (`-I -S`), outside the package."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "logbudget.py")
+    spec = importlib.util.spec_from_file_location("simple_logbudget", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+logbudget: Any = None  # the fork server loads it (serve) before any supervisor is forked
 
 
 def serve() -> None:
     """Fork a supervisor per request line on stdin until it closes; answer with its pid."""
     import json  # once, for the server's life: every supervisor is forked with it loaded
+
+    global logbudget
+    logbudget = load_logbudget()
 
     # Supervisors are reaped by the kernel; the controller watches each one by its pidfd.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
