@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, func, select
@@ -73,6 +73,17 @@ BACKEND_ERRORS = Counter(
     "simple_backend_errors",
     "Backend calls that failed, by backend and operation.",
     ["backend", "op"],
+    registry=REGISTRY,
+)
+LEADER = Gauge(
+    "simple_leader",
+    "1 while this process leads the reconcilers (always 1 for one process), else 0.",
+    registry=REGISTRY,
+)
+LEASE_TRANSITIONS = Counter(
+    "simple_lease_transitions",
+    "Changes of this process's leadership: the lease acquired, or lost (stepped down).",
+    ["change"],
     registry=REGISTRY,
 )
 

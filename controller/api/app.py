@@ -1,9 +1,11 @@
-"""The FastAPI application: routers, error handlers, controller lifecycle."""
+"""The FastAPI application: routers, error handlers, controller lifecycle. A controller in
+the `reconciler` role gets only /healthz, /readyz and /metrics."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse
@@ -49,8 +51,11 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     attach(app, controller, create_principal(controller))
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
-    routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access)
-    for module in (*routers, pages, chat_panel):
+    routers: tuple[Any, ...] = (health, metrics)  # a reconciler serves only these
+    if controller.role != "reconciler":
+        routers += (templates, runs, stream, sandboxes, accounting, chat, access, pages,
+                    chat_panel)
+    for module in routers:
         app.include_router(module.router)
     app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens)
     # Outermost: sizes and credentials are judged before anything reads a body.
