@@ -88,8 +88,12 @@ class Controller:
             self.reconciler.kick()  # type: ignore[union-attr]
 
     def start(self, migrate: bool = True) -> None:
-        if migrate:
-            upgrade(self.engine)
+        if migrate:  # a reconciler's own engine is fenced: it migrates on another
+            migrating = self.engine if self.role == "all" else create_db_engine(
+                self.settings.resolved_database_url)
+            upgrade(migrating)
+            if migrating is not self.engine:
+                migrating.dispose()
         settle_heap()
         if self.reconciler is not None:  # an API replica never starts the backend
             self.backend.start()

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018_leases_chat"
-down_revision = "0014_stages_ledger"  # the head here; the brief said 0015_scale (re-chained at merge)
+down_revision = "0014_stages_ledger"  # this tree's head (re-chained at merge)
 branch_labels = None
 depends_on = None
 
