@@ -72,6 +72,10 @@ class DatabaseLease:
                 .values(renewed_at=datetime.now(UTC))
             ).rowcount)
 
+    def current_epoch(self) -> int:
+        found = read_lease(self.engine, self.name)
+        return found[1] if found else 0
+
     def mirror(self, holder: str, epoch: int) -> bool:
         """Record `epoch` (taken elsewhere, e.g. a Kubernetes Lease) as the fence's, if it
         is newer than the row's; False if the row already holds a newer one."""
