@@ -9,12 +9,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import insert
 
 from controller.api.app import create_app
+from controller.db.schema import leases
 from controller.service import Controller
 from controller.settings import Settings
 from tests.services import pg_server, pg_server_url  # noqa: F401 - fixtures
@@ -80,5 +83,12 @@ def test_an_api_replica_takes_runs_and_never_starts_the_backend(
         run = http.get(f"/v1/runs/{made.json()['run_id']}").json()
         assert run["status"] == "pending"  # no reconciler here: it waits for the leader
         ready = http.get("/readyz").json()
-        assert ready["leader"]["leading"] is False and ready["leader"]["role"] == "api"
+        assert ready["leader"] == {"holder": None, "epoch": None, "leading": False,
+                                   "role": "api"}
+        now = datetime.now(UTC)
+        with controller.engine.begin() as conn:
+            conn.execute(insert(leases).values(name="simple-reconciler", holder="rec-1",
+                                               epoch=3, renewed_at=now, acquired_at=now))
+        assert http.get("/readyz").json()["leader"]["holder"] == "rec-1"
+        assert "Reconciler leader: <code>rec-1</code> (epoch 3)" in http.get("/").text
     assert started == []
