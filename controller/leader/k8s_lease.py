@@ -20,6 +20,12 @@ from controller.leader.db_lease import DatabaseLease
 from controller.leader.elector import LeaseRecord
 
 
+# What a reconciler needs on its Lease (the chart's Role grants exactly this when split).
+LEASE_RBAC: dict[tuple[str, str], frozenset[str]] = {
+    ("coordination.k8s.io", "leases"): frozenset({"create", "get", "patch"}),
+}
+
+
 def load_coordination_api() -> Any:
     """A CoordinationV1Api from in-cluster config, else kubeconfig."""
     from kubernetes import client
