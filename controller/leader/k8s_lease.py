@@ -19,7 +19,6 @@ from controller.backends.kubernetes.api import api_error, load_api_client
 from controller.leader.db_lease import DatabaseLease
 from controller.leader.elector import LeaseRecord
 
-
 # What a reconciler needs on its Lease (the chart's Role grants exactly this when split).
 LEASE_RBAC: dict[tuple[str, str], frozenset[str]] = {
     ("coordination.k8s.io", "leases"): frozenset({"create", "get", "patch"}),
