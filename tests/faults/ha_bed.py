@@ -1,6 +1,6 @@
 """The high-availability bed: two reconcilers and two API replicas (`simplectl serve
 --role …`) on one PostgreSQL database and one data directory, behind a real HAProxy, on
-the process backend (Docker would be too slow for this 2-core machine's fault runs).
+the process backend (quick) or Docker (`backend="docker"`, containers on the host network).
 
 Clients and sandboxes reach the API only through the load balancer. `Poller` is a CI
 client reading the run through it all along and counting every answer that was not 200.
@@ -174,10 +174,12 @@ class HaBed:
     root: Path
     count: int
     config: dict[str, Any]
+    backend: str = "process"
     reconcilers: list[Server] = field(default_factory=list)
     apis: list[Server] = field(default_factory=list)
     lb_port: int = 0
     lb: subprocess.Popen[bytes] | None = None
+    run_ids: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -200,7 +202,8 @@ class HaBed:
             SIMPLE_RETRY_BASE_S="0.2", SIMPLE_RETRY_MAX_S="1", SIMPLE_PROCESS_USER="self",
             SIMPLE_LEASE_DURATION_S=str(LEASE_S),
             SIMPLE_LEASE_RENEW_DEADLINE_S=str(RENEW_DEADLINE_S),
-            SIMPLE_LEASE_RETRY_S=str(RETRY_S), PYTHONUNBUFFERED="1")
+            SIMPLE_LEASE_RETRY_S=str(RETRY_S), PYTHONUNBUFFERED="1",
+            SIMPLE_BACKEND=self.backend, SIMPLE_DOCKER_NETWORK="host")
         for n in (1, 2):
             self.reconcilers.append(Server(f"rec{n}", "reconciler", free_port(), env,
                                            self.root / f"rec{n}.log"))
@@ -247,7 +250,8 @@ class HaBed:
                                                        "max_parallel": max_parallel},
                           headers={"Idempotency-Key": "ha-run"}, timeout=60)
         assert made.status_code == 201, made.text
-        return str(made.json()["run_id"])
+        self.run_ids.append(str(made.json()["run_id"]))
+        return self.run_ids[-1]
 
     def run(self, run_id: str) -> dict[str, Any]:
         return dict(httpx.get(f"{self.url}/v1/runs/{run_id}", timeout=30).json())
@@ -283,6 +287,22 @@ class HaBed:
             self.lb.terminate()
             self.lb.wait(timeout=10)
         stop_sandboxes(self.data_dir)
+        if self.backend == "docker":
+            for container in self.containers():
+                with contextlib.suppress(Exception):
+                    container.remove(force=True)
+
+    def containers(self) -> list[Any]:
+        """The containers of this bed's runs (Docker backend)."""
+        from sandbox_image.contract import LABEL_RUN_ID
+        from tests.docker_support import connect_docker
+
+        client = connect_docker()
+        try:
+            return [c for run_id in self.run_ids for c in client.containers.list(
+                all=True, ignore_removed=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"})]
+        finally:
+            client.close()
 
 
 def stop_sandboxes(data_dir: Path) -> None:
