@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install quick test faults lint typecheck checkov check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-k8s bench-dashboard bench-batch bench-principal clean
+.PHONY: help install quick test faults lint typecheck checkov check bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-ha bench-k8s bench-dashboard bench-batch bench-principal clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ bench-batch: $(STAMP) ## 100 no-op items: one sandbox each vs batches of 10 and 
 
 bench-scale: $(STAMP) ## 1,000 sandboxes in one run over a DB of 100 such runs (instant + process backends)
 	$(BIN)/python bench/scale_bench.py
+
+bench-ha: $(STAMP) ## The API apart from the reconciler vs one process: GET run p99 and pass p99 side by side (PostgreSQL)
+	$(BIN)/python bench/ha_bench.py
 
 bench-schedule: $(STAMP) ## Launch order: ultra's estimates as sleeps, 8 at once, vs the lower bound
 	$(BIN)/python bench/schedule_bench.py
