@@ -39,6 +39,7 @@ defaults
     timeout client 60s
     timeout server 60s
     timeout queue 10s
+    timeout check 5s
     retries 3
     option redispatch 1
     retry-on conn-failure empty-response response-timeout 503
@@ -49,7 +50,7 @@ backend api
     balance roundrobin
     option httpchk GET /readyz
     http-check expect status 200
-    default-server inter 300ms fall 1 rise 2
+    default-server inter 500ms fall 3 rise 1
 {servers}
 """
 
