@@ -26,7 +26,7 @@ PYTEST_ARGS ?=
 test: $(STAMP) ## Run the tests (CI=true: missing Docker/PostgreSQL/S3/helm fail, never skip)
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
-faults: $(STAMP) ## Fault suite: 7 cases on Docker, PostgreSQL and S3, then `faults: N/N held`
+faults: $(STAMP) ## Fault suite: Docker, PostgreSQL, S3 and HA (2 reconcilers, 2 APIs, HAProxy), then `faults: N/N held`
 	SIMPLE_FAULTS=1 $(BIN)/pytest -q tests/faults -m faults $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff
