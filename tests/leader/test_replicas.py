@@ -105,3 +105,44 @@ def test_event_quotas_hold_across_replicas(pg_server_url: str) -> None:
     with pytest.raises(PayloadTooLargeError, match="1000 bytes per attempt"):
         b.reserve("s1", 1, 0, 1000)
     engine.dispose()
+
+
+@pytest.mark.postgres
+def test_what_the_leader_records_reaches_the_stream_on_another_replica(
+    replicas: list[TestClient], pg_server_url: str,
+) -> None:
+    """The stream polls the database: a change made elsewhere (here, written as the leader
+    would) reaches a stream served by a replica that took no part in it."""
+    import threading
+
+    from sqlalchemy import update
+
+    one, two = replicas
+    run_id = one.post("/v1/runs", json={"names": ["quick"]}).json()["run_id"]
+    lines: list[str] = []
+    first_run = threading.Event()
+
+    def follow() -> None:
+        with two.stream("GET", f"/v1/runs/{run_id}/stream") as stream:
+            for line in stream.iter_lines():
+                lines.append(line)
+                if line == "event: run":
+                    first_run.set()
+                if line == "event: end":
+                    return
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    assert first_run.wait(20)
+    engine = create_db_engine(pg_server_url)
+    try:
+        with engine.begin() as conn:  # what the leader writes when the run is cancelled
+            conn.execute(update(sandboxes).where(sandboxes.c.run_id == run_id)
+                         .values(status="skipped", finished_at=datetime.now(UTC)))
+            conn.execute(update(runs).where(runs.c.id == run_id)
+                         .values(status="cancelled", finished_at=datetime.now(UTC)))
+    finally:
+        engine.dispose()
+    reader.join(timeout=20)
+    assert not reader.is_alive() and lines[-1] == "event: end", lines[-5:]
+    assert any('"status": "cancelled"' in line for line in lines if line.startswith("data:"))
