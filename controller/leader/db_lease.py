@@ -72,6 +72,15 @@ class DatabaseLease:
                 .values(renewed_at=datetime.now(UTC))
             ).rowcount)
 
+    def release(self, holder: str, epoch: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(leases)
+                .where(leases.c.name == self.name, leases.c.holder == holder,
+                       leases.c.epoch == epoch)
+                .values(holder="", epoch=epoch + 1, renewed_at=datetime.now(UTC))
+            )
+
     def current_epoch(self) -> int:
         found = read_lease(self.engine, self.name)
         return found[1] if found else 0

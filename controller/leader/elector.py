@@ -5,8 +5,9 @@ The lease is a record with a holder and an epoch that grows by one at every chan
 holder. A leader renews it every `retry` seconds; one that has not renewed for
 `renew_deadline` seconds stops acting. A standby takes the lease over once the record
 has not changed for `lease_duration` seconds of its own clock (so clocks of different
-hosts never have to agree). `renew_deadline < lease_duration`: the old leader has
-stopped before the new one starts. The fence (`controller.leader.fence`) covers what
+hosts never have to agree), or at once when its holder released it (a leader that shuts
+down cleanly). `renew_deadline < lease_duration`: the old leader has stopped before the
+new one starts. The fence (`controller.leader.fence`) covers what
 timing cannot: a leader paused past its lease and then resumed.
 """
 
@@ -50,6 +51,11 @@ class LeaseStore(Protocol):
 
     def renew(self, holder: str, epoch: int) -> bool:
         """Renew a lease held at `epoch`; False when it is no longer ours."""
+        ...
+
+    def release(self, holder: str, epoch: int) -> None:
+        """Give the lease up (a leader shutting down): no holder, and a new epoch so that
+        nothing of the old one passes the fence; a standby takes it at its next look."""
         ...
 
 
@@ -143,10 +149,17 @@ class Elector(Leadership):
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop contending; a leader releases the lease (its reconciler has stopped)."""
         self._stopping.set()
         if self._thread:
             self._thread.join(timeout=10)
+        epoch = self.epoch
         self._set(None, "stopping")
+        if epoch is not None:
+            try:
+                self.store.release(self.holder, epoch)
+            except Exception as e:  # the lease then expires as if this process had died
+                logger.warning("could not release the lease: %s: %s", type(e).__name__, e)
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -182,7 +195,8 @@ class Elector(Leadership):
         record = self.store.read()
         if record != self._seen or self._seen_at is None:
             self._seen, self._seen_at = record, now
-        if record is not None and now - (self._seen_at or now) < self.lease_duration_s:
+        if (record is not None and record.holder
+                and now - (self._seen_at or now) < self.lease_duration_s):
             return  # held, and renewed within the lease as far as this clock can tell
         taken = self.store.acquire(self.holder, record)
         if taken is None:

@@ -120,3 +120,23 @@ class KubernetesLease:
                 return False
             raise api_error(e, "update", "leases", self.namespace, 1) from e
         return True
+
+    def release(self, holder: str, epoch: int) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        lease = self._get()
+        if lease is None:
+            return
+        record = self._record(lease)
+        if (record.holder, record.epoch) != (holder, epoch):
+            return
+        now = micro_time(datetime.now(UTC))
+        try:
+            self._patch(lease, {"holderIdentity": "", "leaseTransitions": epoch + 1,
+                                "renewTime": now})
+        except ApiException as e:
+            if e.status != 409:
+                raise api_error(e, "update", "leases", self.namespace, 1) from e
+            return
+        if self.mirror is not None:
+            self.mirror.mirror("", epoch + 1)

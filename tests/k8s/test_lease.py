@@ -49,4 +49,10 @@ def test_two_contenders_one_leads_the_other_takes_over(cluster: FakeCluster,
     assert read_lease(engine, "simple-reconciler") == ("b", 2), "the fence's row follows"
     a.try_once()  # a's renewal finds b's Lease: it steps down
     assert not a.leading() and a.epoch is None
+    b.stop()  # a clean shutdown releases the Lease: a takes it at its next look
+    assert read_lease(engine, "simple-reconciler") == ("", 3)
+    clock.now += 2
+    a.try_once()
+    assert a.leading() and a.epoch == 4
+    assert read_lease(engine, "simple-reconciler") == ("a", 4)
     engine.dispose()

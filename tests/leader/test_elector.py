@@ -30,6 +30,10 @@ class MemoryLease:
         self.log.append(f"{holder}@{epoch}")
         return self.record
 
+    def release(self, holder: str, epoch: int) -> None:
+        if self.record is not None and (self.record.holder, self.record.epoch) == (holder, epoch):
+            self.record = LeaseRecord("", epoch + 1, "released")
+
     def renew(self, holder: str, epoch: int) -> bool:
         if self.down:
             raise OSError("the lease's store is away")
@@ -99,3 +103,15 @@ def test_a_paused_leader_resumes_not_leading_and_learns_it_was_taken_over() -> N
     assert not a.leading(), "a's own clock says its last renewal is too old"
     a.try_once()  # its renewal is refused: the lease is b's
     assert a.epoch is None and not a.leading()
+
+
+def test_a_leader_that_stops_releases_and_a_standby_takes_over_at_its_next_look() -> None:
+    store, clock = MemoryLease(), Clock()
+    a, b = elector(store, "a", clock), elector(store, "b", clock)
+    a.try_once()
+    b.try_once()
+    a.stop()  # a clean shutdown (a rolling update): no waiting out the lease
+    assert not a.leading() and store.record is not None and store.record.holder == ""
+    clock.now += 2
+    b.try_once()
+    assert b.leading() and b.epoch == 3, "released at epoch 2, taken at 3"

@@ -183,3 +183,22 @@ def test_a_lease_created_by_two_at_once_has_one_holder(database: str) -> None:
     finally:
         for e in engines:
             e.dispose()
+
+
+def test_a_released_lease_is_taken_at_once_and_fences_the_old_leader(
+    pair: tuple[Contender, Contender, Clock, Engine],
+) -> None:
+    a, b, clock, plain = pair
+    a.elector.try_once()
+    b.elector.try_once()
+    epoch = a.elector.epoch
+    assert epoch == 1
+    a.elector.stop()
+    clock.now += 0.5  # well within the lease: only the release lets b in
+    b.elector.try_once()
+    assert b.elector.leading() and b.elector.epoch == 3
+    with plain.connect() as conn:
+        assert conn.execute(select(leases.c.holder, leases.c.epoch)).one() == ("b", 3)
+    a.elector._epoch, a.elector._renewed = epoch, clock.now  # as if a went on regardless
+    with pytest.raises(FencedError, match="stale"):
+        a.write("run-after-release")
