@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install quick test faults lint typecheck checkov check release release-files push bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-k8s bench-dashboard bench-batch bench-principal clean
+.PHONY: help install quick test faults lint typecheck checkov check release release-files push bench bench-docker bench-ingest bench-aggregate bench-schedule bench-scale bench-ha bench-k8s bench-dashboard bench-batch bench-principal clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -36,7 +36,7 @@ PYTEST_ARGS ?=
 test: $(STAMP) $(HELM) ## Run the tests (CI=true: missing Docker/PostgreSQL/S3/helm fail, never skip)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-faults: $(STAMP) ## Fault suite: 7 cases on Docker, PostgreSQL and S3, then `faults: N/N held`
+faults: $(STAMP) ## Fault suite: Docker, PostgreSQL, S3 and HA (2 reconcilers, 2 APIs, HAProxy), then `faults: N/N held`
 	SIMPLE_FAULTS=1 $(BIN)/pytest -q tests/faults -m faults $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff
@@ -64,6 +64,9 @@ bench-batch: $(STAMP) ## 100 no-op items: one sandbox each vs batches of 10 and 
 
 bench-scale: $(STAMP) ## 1,000 sandboxes in one run over a DB of 100 such runs (instant + process backends)
 	$(BIN)/python -m bench.scale_bench
+
+bench-ha: $(STAMP) ## The API apart from the reconciler vs one process: GET run p99 and pass p99 side by side (PostgreSQL)
+	$(BIN)/python bench/ha_bench.py
 
 bench-schedule: $(STAMP) ## Launch order: ultra's estimates as sleeps, 8 at once, vs the lower bound
 	$(BIN)/python -m bench.schedule_bench

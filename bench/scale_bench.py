@@ -72,11 +72,12 @@ def write_scale_catalog(directory: Path, n: int) -> None:
                   name="scale.yaml")
 
 
-def seed(path: Path, catalog_dir: Path, runs_count: int) -> None:
-    """`runs_count` finished runs of the suite, with attempts and result rows."""
+def seed(path: Path | str, catalog_dir: Path, runs_count: int) -> None:
+    """`runs_count` finished runs of the suite, with attempts and result rows, in the
+    SQLite file `path` (or the database at URL `path`)."""
     catalog = load_catalog([catalog_dir])
     the_plan = plan(catalog, PlanRequest(suites=(SUITE,), priority=Priority.SPEED))
-    engine = create_db_engine(f"sqlite:///{path}")
+    engine = create_db_engine(path if isinstance(path, str) else f"sqlite:///{path}")
     upgrade(engine)
     now = datetime.now(UTC)
     with engine.begin() as conn:

@@ -130,6 +130,18 @@ class BusyError(SimpleError):
         self.retry_after_s = retry_after_s
 
 
+class FencedError(SimpleError):
+    """A reconciler that no longer leads (its lease epoch is stale) tried to act."""
+
+    status_code = 503
+    code = "not_leader"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(
+            message, hint="another reconciler leads now; this one stands by until it may lead"
+        )
+
+
 class BackendError(SimpleError):
     """A backend call failed. `transient` says whether retrying may help."""
 

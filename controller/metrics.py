@@ -12,10 +12,10 @@ docs/observability.md.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, func, select
@@ -86,6 +86,17 @@ GC_BYTES = Counter(
 GC_EVENT_ROWS = Counter(
     "simple_gc_event_rows", "Event rows retention deleted.", registry=REGISTRY
 )
+LEADER = Gauge(
+    "simple_leader",
+    "1 while this process leads the reconcilers (always 1 for one process), else 0.",
+    registry=REGISTRY,
+)
+LEASE_TRANSITIONS = Counter(
+    "simple_lease_transitions",
+    "Changes of this process's leadership: the lease acquired, or lost (stepped down).",
+    ["change"],
+    registry=REGISTRY,
+)
 
 
 class DatabaseCollector(Collector):
@@ -120,10 +131,31 @@ class DatabaseCollector(Collector):
         yield total
 
 
-def render(engine: Engine, queue_depth: int) -> bytes:
-    """The whole metrics page, Prometheus text format."""
+class PassCollector(Collector):
+    """The reconciler's latest passes (up to 10,000): their median and p99, at scrape."""
+
+    def __init__(self, passes: Sequence[float]) -> None:
+        self.passes = sorted(passes)
+
+    def collect(self) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily(
+            "simple_reconcile_pass_quantile_seconds",
+            "Duration of the reconciler's latest passes (this process, while it leads), "
+            "by quantile.", labels=["quantile"])
+        if self.passes:
+            for q in (0.5, 0.99):
+                gauge.add_metric([str(q)], self.passes[min(len(self.passes) - 1,
+                                                            int(q * len(self.passes)))])
+        yield gauge
+
+
+def render(engine: Engine, queue_depth: int, passes: Sequence[float] | None = None) -> bytes:
+    """The whole metrics page, Prometheus text format; `passes`: the reconciler's latest
+    pass durations, when this process has a reconciler."""
     scrape = CollectorRegistry(auto_describe=False)
     scrape.register(DatabaseCollector(engine, queue_depth))
+    if passes is not None:
+        scrape.register(PassCollector(passes))
     return generate_latest(REGISTRY) + generate_latest(scrape)
 
 

@@ -234,6 +234,31 @@ class Settings(BaseSettings):
     chat_idle_s: float = Field(
         3600.0, gt=0, description="A conversation idle this long is dropped."
     )
+    role: str = Field(
+        "all", pattern="^(all|api|reconciler)$",
+        description="`all` (one process), `api` (HTTP only) or `reconciler` (passes, backend).",
+    )
+    lease_backend: str = Field(
+        "database", pattern="^(database|kubernetes)$",
+        description="Where reconcilers contend for leadership: a PostgreSQL row or a "
+        "Kubernetes coordination.k8s.io/v1 Lease.",
+    )
+    lease_name: str = Field("simple-reconciler", description="Name of the leader lease.")
+    lease_namespace: str | None = Field(
+        None, description="Namespace of the Kubernetes Lease; default the sandboxes' one."
+    )
+    lease_duration_s: float = Field(
+        15.0, gt=0, description="A lease not renewed for this long may be taken over."
+    )
+    lease_renew_deadline_s: float = Field(
+        10.0, gt=0, description="A leader that could not renew for this long steps down."
+    )
+    lease_retry_s: float = Field(
+        2.0, gt=0, description="How often a leader renews and a standby tries to take over."
+    )
+    holder_id: str | None = Field(
+        None, description="This process's name in the lease; default host name and pid."
+    )
     llm_base_url: str | None = Field(
         None,
         description="OpenAI-compatible API (e.g. http://127.0.0.1:11434/v1) the principal may use "

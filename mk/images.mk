@@ -13,5 +13,5 @@ images-sandbox: ## Build only simple-sandbox:latest
 images-controller: ## Build only simple-controller:latest
 	bash docker/build-images.sh controller
 
-images-services: ## Build simple-postgres:local and simple-s3:local (stand-ins for registry images)
-	bash docker/build-service-images.sh postgres s3
+images-services: ## Build simple-postgres:local, simple-s3:local, simple-haproxy:local (stand-ins for registry images)
+	bash docker/build-service-images.sh postgres s3 haproxy

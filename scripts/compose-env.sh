@@ -4,10 +4,11 @@
 #
 #   bash scripts/compose-env.sh [--file PATH] [--port PORT] [--force]
 #
-# Images: postgres:16 and minio/minio when present or pullable; otherwise the local
-# stand-ins simple-postgres:local and simple-s3:local (built here by
+# Images: postgres:16, minio/minio and haproxy:2.6 when present or pullable; otherwise the
+# local stand-ins simple-postgres:local, simple-s3:local, simple-haproxy:local (built here by
 # docker/build-service-images.sh when missing). An existing file is kept unless --force.
-# Environment: SIMPLE_POSTGRES_IMAGE / SIMPLE_S3_IMAGE force a choice; PULL_TIMEOUT_S.
+# Environment: SIMPLE_POSTGRES_IMAGE / SIMPLE_S3_IMAGE / SIMPLE_LB_IMAGE force a choice;
+# PULL_TIMEOUT_S.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,6 +50,7 @@ choose() {
 }
 postgres_image="${SIMPLE_POSTGRES_IMAGE:-$(choose postgres:16 simple-postgres:local postgres)}"
 s3_image="${SIMPLE_S3_IMAGE:-$(choose minio/minio:RELEASE.2025-04-22T22-12-26Z simple-s3:local s3)}"
+lb_image="${SIMPLE_LB_IMAGE:-$(choose haproxy:2.6 simple-haproxy:local haproxy)}"
 
 secret() { python3 -c 'import secrets; print(secrets.token_urlsafe(32))'; }
 umask 077
@@ -61,11 +63,13 @@ cat >"$tmp" <<ENV
 SIMPLE_API_TOKEN=$(secret)
 SIMPLE_POSTGRES_PASSWORD=$(secret)
 SIMPLE_S3_SECRET=$(secret)
+SIMPLE_SIGNING_KEY=$(secret)
 SIMPLE_DOCKER_GID=$(stat -c %g "$socket")
 SIMPLE_PORT=$port
 SIMPLE_POSTGRES_IMAGE=$postgres_image
 SIMPLE_S3_IMAGE=$s3_image
 SIMPLE_SANDBOX_IMAGE=simple-sandbox:$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$ROOT/controller/__init__.py")
+SIMPLE_LB_IMAGE=$lb_image
 ENV
 chmod 600 "$tmp"
 mv -f -T "$tmp" "$file"

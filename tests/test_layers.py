@@ -27,7 +27,7 @@ LAYERS: list[list[str]] = [
     ["controller.planning"],
     ["controller.db", "controller.store", "controller.backends"],
     ["controller.metrics"],
-    ["controller.intake", "controller.results"],
+    ["controller.intake", "controller.results", "controller.leader"],
     ["controller.attempts"],
     ["controller.reconcile"],
     ["controller.runs"],

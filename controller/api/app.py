@@ -1,9 +1,11 @@
-"""The FastAPI application: routers, error handlers, controller lifecycle."""
+"""The FastAPI application: routers, error handlers, controller lifecycle. A controller in
+the `reconciler` role gets only /healthz, /readyz and /metrics."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse
@@ -56,9 +58,11 @@ def create_app(controller: Controller, manage_lifecycle: bool = True) -> FastAPI
     attach(app, controller, create_principal(controller))
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
-    routers = (health, metrics, templates, runs, stream, sandboxes, accounting, chat, access,
-               maintenance, reruns)
-    for module in (*routers, pages, chat_panel):
+    routers: tuple[Any, ...] = (health, metrics)  # a reconciler serves only these
+    if controller.role != "reconciler":
+        routers += (templates, runs, stream, sandboxes, accounting, chat, access,
+                    maintenance, reruns, pages, chat_panel)
+    for module in routers:
         app.include_router(module.router)
     sessions = app.state.sessions
     app.add_middleware(CsrfGuard, tokens=lambda: controller.settings.api_tokens,

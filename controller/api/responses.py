@@ -31,9 +31,19 @@ class EventsAccepted(BaseModel):
     count: int
 
 
+class Leader(BaseModel):
+    """Who leads the reconcilers, as this process knows it."""
+
+    holder: str | None = Field(None, description="The lease's holder; null: nobody yet")
+    epoch: int | None = Field(None, description="The lease's epoch (+1 at each new holder)")
+    leading: bool = Field(description="Whether this process is the leader")
+    role: str = Field(description="This process's role: all, api or reconciler")
+
+
 class Health(BaseModel):
     status: str
     detail: str | None = None
+    leader: Leader | None = None
 
 
 ID_PATTERN = r"^[a-z0-9-]{1,63}$"

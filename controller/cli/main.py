@@ -103,6 +103,15 @@ def serve(
     host: Annotated[str | None, typer.Option("--host", help="Default SIMPLE_HOST.")] = None,
     port: Annotated[int | None, typer.Option("--port", help="Default SIMPLE_PORT.")] = None,
     backend: Annotated[str | None, typer.Option("--backend")] = None,
+    role: Annotated[
+        str | None,
+        typer.Option(
+            "--role",
+            help="all (default: API and reconciler), api (HTTP only, any number of replicas) "
+            "or reconciler (one leads under a lease). Split roles need PostgreSQL. "
+            "Default SIMPLE_ROLE.",
+        ),
+    ] = None,
     catalog: Catalogs = None,
     verbose: Verbose = True,
 ) -> None:
@@ -115,10 +124,17 @@ def serve(
         listener_settings,
         serve_app,
     )
+    from controller.leader.choose import needs_postgres
     from controller.service import Controller
 
     setup_logging(verbose)
-    settings = cli_settings(catalog, host=host, port=port, backend=backend)
+    if role is not None and role not in ("all", "api", "reconciler"):
+        raise fail(f"--role {role!r}: use all, api or reconciler", Exit.USAGE)
+    settings = cli_settings(catalog, host=host, port=port, backend=backend, role=role)
+    if needs_postgres(settings):
+        raise fail(f"--role {settings.role} needs PostgreSQL (SIMPLE_DATABASE_URL): several "
+                   "processes share the database, which SQLite cannot; use --role all",
+                   Exit.USAGE)
     if (
         settings.host not in ("127.0.0.1", "localhost", "::1")
         and not settings.api_tokens

@@ -117,11 +117,25 @@ def _alembic_config(engine: Engine) -> Any:
     return config
 
 
+MIGRATION_LOCK = 0x53494D50  # "SIMP": replicas starting together migrate one at a time
+
+
 def upgrade(engine: Engine) -> None:
-    """Apply every pending migration, then record which controllers can run on the schema."""
+    """Apply every pending migration, then record which controllers can run on the schema.
+    On PostgreSQL under an advisory lock, so replicas
+    that start at once (API and reconcilers) do not run the same migration twice."""
     from alembic import command
 
-    command.upgrade(_alembic_config(engine), "head")
+    if engine.dialect.name != "postgresql":
+        command.upgrade(_alembic_config(engine), "head")
+    else:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+            try:
+                command.upgrade(_alembic_config(engine), "head")
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
+                conn.commit()
     with engine.begin() as conn:
         record_compat(conn)
     logger.info("database migrated to head")

@@ -136,6 +136,9 @@ attempts = Table(
     # Resume (0013): the checkpoint step this attempt was given, and why none was.
     Column("resumed_from_step", Integer),
     Column("resume_note", Text),
+    # Event quotas shared by API replicas (0018): what this attempt has posted so far.
+    Column("events_posted", BigInteger, nullable=False, server_default="0"),
+    Column("event_bytes_posted", BigInteger, nullable=False, server_default="0"),
 )
 
 events = Table(
@@ -273,4 +276,27 @@ maintenance = Table(
     Column("started_at", UTCDateTime(), nullable=False),
     Column("finished_at", UTCDateTime()),
     Column("result", JSON),  # what the last completed one did
+)
+
+# The reconcilers' leader lease (0018): `epoch` grows by one at every change of holder, and
+# every write a leader makes checks it in its own transaction (controller.leader.fence).
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("holder", String(200), nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("renewed_at", UTCDateTime(), nullable=False),
+    Column("acquired_at", UTCDateTime(), nullable=False),
+)
+
+# The principal's conversations (0018), so that any API replica can carry one on.
+conversations = Table(
+    "conversations",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("owner", String(128), nullable=False),
+    Column("state", JSON, nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Index("ix_conversations_updated_at", "updated_at"),
 )

@@ -26,6 +26,7 @@ from controller.planning.plan import plan
 from controller.principal import questions
 from controller.principal.conversation import Conversation, Principal
 from controller.principal.llm import Completion, LLMClient, LLMError, ToolCall
+from controller.principal.stored import StoredConversations
 from controller.principal.untrusted import data_block, for_model
 
 if TYPE_CHECKING:
@@ -52,10 +53,15 @@ class ToolArguments(BaseModel):
 def create_principal(controller: Controller) -> Principal:
     settings = controller.settings
     if not settings.llm_base_url:
-        return Principal(controller)
-    client = LLMClient(settings.llm_base_url, settings.llm_model, settings.llm_api_key,
-                       settings.llm_timeout_s)
-    return AssistedPrincipal(controller, client)
+        principal = Principal(controller)
+    else:
+        client = LLMClient(settings.llm_base_url, settings.llm_model, settings.llm_api_key,
+                           settings.llm_timeout_s)
+        principal = AssistedPrincipal(controller, client)
+    if controller.role == "api":  # replicas: the next turn may come to another one
+        principal.conversations = StoredConversations(
+            controller.engine, settings.chat_max_conversations, settings.chat_idle_s)
+    return principal
 
 
 class AssistedPrincipal(Principal):

@@ -4,8 +4,9 @@ A turn is one message in; the reply has `text` plus structured `plan`, `run`,
 `choices`, `answer` and `notices`. Nothing is started without a plan that the
 planner made, and a plan whose max estimate is above `SIMPLE_CONFIRM_ABOVE_USD`,
 that a budget cut short, or whose words were not all understood waits for a
-"yes" (or `confirm: true`). Conversations live in memory, bounded in number,
-size and idle time, and belong to the API token that opened them.
+"yes" (or `confirm: true`). Conversations live in memory (in the database on API
+replicas: `controller.principal.stored`), bounded in number, size and idle time, and
+belong to the API token that opened them.
 """
 
 from __future__ import annotations
@@ -123,6 +124,9 @@ class Conversations:
             self._items.move_to_end(conversation_id)
             return found
 
+    def save(self, conversation: Conversation) -> None:
+        """Keep the conversation's state after a turn (in memory: nothing to do)."""
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -146,7 +150,9 @@ class Principal:
                 reply = self.respond(conversation, text, confirm)
             except SimpleError as e:
                 reply = {"kind": "error", "text": str(e)}
-            return self.finish(conversation, reply)
+            finished = self.finish(conversation, reply)
+            self.conversations.save(conversation)
+            return finished
 
     def finish(self, conversation: Conversation, reply: dict[str, Any]) -> dict[str, Any]:
         """Fill the reply's fields, add new notices, remember what was said."""
@@ -324,7 +330,10 @@ class Principal:
     def notices_for(self, conversation: Conversation) -> list[dict[str, Any]]:
         """New notices of the conversation's runs (for a push between turns)."""
         with conversation.lock:
-            return self.new_notices(conversation)
+            found = self.new_notices(conversation)
+            if found:
+                self.conversations.save(conversation)
+            return found
 
     def new_notices(self, conversation: Conversation) -> list[dict[str, Any]]:
         found = []

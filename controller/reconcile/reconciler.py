@@ -31,8 +31,9 @@ from controller.attempts.outcomes import classify, exit_outcome
 from controller.attempts.urls import AttemptUrls
 from controller.backends.base import Backend, Observed, ObservedState
 from controller.db.schema import runs, sandboxes
-from controller.errors import SimpleError
+from controller.errors import FencedError, SimpleError
 from controller.intake.tokens import Signer
+from controller.leader.elector import Leadership, SoleLeader
 from controller.logs import log_context
 from controller.reconcile.daily_gc import DailyGc
 from controller.reconcile.pass_reads import (
@@ -73,10 +74,12 @@ class Reconciler:
         background: Executor | None = None,
         urls: AttemptUrls | None = None,
         finisher: Finisher | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         """`background` runs launches and stops (a thread pool unless given: tests pass
-        one that runs them at once)."""
+        one that runs them at once); passes run only while `leadership` leads."""
         self.engine, self.backend, self.store, self.settings = engine, backend, store, settings
+        self.leadership = leadership or SoleLeader("reconciler")
         self.clock = clock
         self.rng = rng or random.Random()
         # A controller passes its own; a reconciler made alone signs with a key of its own.
@@ -132,6 +135,9 @@ class Reconciler:
             self._wake.clear()
             if self._stopping.is_set():
                 return
+            if not self.leadership.leading():  # a standby: it passes once it leads
+                self._full_due.set()  # and then its first pass adopts what runs
+                continue
             interval = self.settings.reconcile_interval_s
             full = self._full_due.is_set() or time.monotonic() - self._last_full >= interval
             if full:
@@ -139,6 +145,8 @@ class Reconciler:
                 self._last_full = time.monotonic()
             try:
                 self.reconcile_once(full=full)
+            except FencedError as e:  # another leads now: stand by (the fence stepped down)
+                logger.warning("pass stopped: %s", e)
             except Exception:  # the loop must survive a bad pass; the next one retries
                 logger.exception("reconcile pass failed; retrying")
                 time.sleep(min(self.settings.reconcile_interval_s, 1.0))
@@ -210,6 +218,8 @@ class Reconciler:
 
     def _pushed_exit(self, seen: Observed) -> None:
         """An exit the backend pushed (e.g. Docker's `die` event): record it now, no pass."""
+        if not self.leadership.leading():  # the leader records it (a standby only watches)
+            return
         self.exits.finish((seen.sandbox_id, seen.attempt), lambda: self._ending(seen))
 
     def _ending(self, seen: Observed) -> tuple[Any, Outcome] | None:

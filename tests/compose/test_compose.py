@@ -1,7 +1,9 @@
-"""compose.yaml brings up every real part on one host: the controller (Docker backend
-through the socket), PostgreSQL and an S3 server. The quick suite run through it with
-`SIMPLE_TOKEN=… simplectl --server …` leaves 7 snapshots in the bucket and 7 succeeded rows
-in PostgreSQL; `down` leaves nothing of the project, sandbox containers included.
+"""compose.yaml brings up every real part on one host: the controller split into two API
+replicas behind HAProxy and two reconcilers (Docker backend through the socket),
+PostgreSQL and an S3 server. The quick suite run through it with `SIMPLE_TOKEN=… simplectl
+--server …` leaves 7 snapshots in the bucket and 7 succeeded rows in PostgreSQL; one
+reconciler leads; the API answers through HAProxy with one replica killed; `down` leaves
+nothing of the project, sandbox containers included.
 
 The project gets its own name, port and sandbox network; images are those of
 scripts/compose-env.sh's choice (registry images, else the local stand-ins).
@@ -33,7 +35,7 @@ pytestmark = [pytest.mark.once, pytest.mark.slow, pytest.mark.docker, pytest.mar
 REPO_ROOT = Path(__file__).resolve().parents[2]
 UP_TIMEOUT_S = 600
 RUN_TIMEOUT_S = 900
-CONTROLLER_IMAGE = "simple-controller:latest"
+CONTROLLER_IMAGE = os.environ.get("SIMPLE_CONTROLLER_IMAGE", "simple-controller:latest")
 
 
 def compose_command() -> list[str]:
@@ -151,6 +153,9 @@ def wait_ready(stack: Stack) -> None:
                          + stack.compose("logs", "--no-color", "--tail", "80"))
 
 
+READYZ = ("import urllib.request; print(urllib.request.urlopen("
+          "'http://127.0.0.1:8080/readyz', timeout=10).read().decode())")
+
 S3_COUNT = """
 import boto3, os, sys
 s3 = boto3.client("s3", endpoint_url=os.environ["SIMPLE_S3_ENDPOINT_URL"],
@@ -178,7 +183,16 @@ def test_compose_runs_quick_with_postgres_and_s3(stack: Stack) -> None:
     run_id = report["run_id"]
     assert report["totals"]["succeeded"] == report["totals"]["sandboxes"] == 7
 
-    assert stack.exec("controller", "python", "-c", S3_COUNT, run_id).strip() == "7"
+    assert stack.exec("api-1", "python", "-c", S3_COUNT, run_id).strip() == "7"
+    # two reconcilers, one leading; the API through HAProxy survives a replica's loss
+    leading = [json.loads(stack.exec(name, "python", "-c", READYZ))["leader"]["leading"]
+               for name in ("reconciler-1", "reconciler-2")]
+    assert sorted(leading) == [False, True], leading
+    stack.compose("kill", "api-1")
+    answers = [httpx.get(f"{stack.url}/v1/runs/{run_id}", timeout=30,
+                         headers={"Authorization": f"Bearer {stack.token}"}).status_code
+               for _ in range(20)]
+    assert answers == [200] * 20, answers
     sql = (f"SELECT count(*) FROM sandboxes WHERE run_id = '{run_id}' AND status = 'succeeded';"
            f"SELECT count(*) FROM result_runs WHERE run_id = '{run_id}';")
     counts = stack.exec("postgres", "psql", "-U", "simple", "-d", stack.project, "-tAc", sql)

@@ -124,7 +124,9 @@ def test_readyz_says_not_migrated_until_db_upgrade(pg_server_url: str, tmp_path:
             simplectl = Path(sys.executable).with_name("simplectl")
             subprocess.run([str(simplectl), "db", "upgrade"], check=True, timeout=120,
                            env={**os.environ, "SIMPLE_DATABASE_URL": pg_server_url})
-            assert http.get("/readyz").json() == {"status": "ready", "detail": None}
+            ready = http.get("/readyz").json()
+            assert (ready["status"], ready["detail"]) == ("ready", None)
+            assert ready["leader"]["role"] == "all" and ready["leader"]["leading"] is True
     finally:
         controller.close()
 

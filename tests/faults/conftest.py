@@ -25,7 +25,7 @@ import pytest
 from tests.faults.checker import Evidence, Verdict, check, gather
 
 RUN_DOCKER_CASES = os.environ.get("SIMPLE_FAULTS", "") == "1"
-collect_ignore = [] if RUN_DOCKER_CASES else ["test_faults.py", "test_lifecycle.py"]
+collect_ignore = [] if RUN_DOCKER_CASES else ["test_faults.py", "test_lifecycle.py", "test_ha.py"]
 
 SIMPLECTL = [sys.executable, "-m", "controller.cli"]
 SANDBOXES = 16

@@ -58,8 +58,18 @@ def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
     return found[0]
 
 
+def controller_deployment(docs: list[dict[str, Any]],
+                          roles: tuple[str, ...] = ("all", "api")) -> dict[str, Any]:
+    """The controller's Deployment that serves the API: the only one (`--role all`), or
+    the API replicas' when the controller is split (PostgreSQL and S3)."""
+    found = [d for d in docs if d["kind"] == "Deployment"
+             and d["metadata"]["labels"].get("simple.dev/role") in roles]
+    assert len(found) == 1, f"{len(found)} controller Deployments of roles {roles}"
+    return found[0]
+
+
 def controller(docs: list[dict[str, Any]], container: str = "controller") -> dict[str, Any]:
-    spec = one(docs, "Deployment")["spec"]["template"]["spec"]
+    spec = controller_deployment(docs)["spec"]["template"]["spec"]
     containers = spec["containers"] + spec.get("initContainers", [])
     return next(c for c in containers if c["name"] == container)
 
@@ -75,7 +85,7 @@ def secret_files(docs: list[dict[str, Any]], container: str = "controller") -> d
     [mount] = [m for m in controller(docs, container)["volumeMounts"]
                if m["mountPath"] == directory]
     assert mount["readOnly"] is True
-    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    volumes = controller_deployment(docs)["spec"]["template"]["spec"]["volumes"]
     [volume] = [v for v in volumes if v["name"] == mount["name"]]
     return {item["path"]: {"name": source["secret"]["name"], "key": item["key"]}
             for source in volume["projected"]["sources"] for item in source["secret"]["items"]}
@@ -242,7 +252,7 @@ def test_controller_env_and_probes(helm: str) -> None:
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     assert controller(docs, "db-upgrade")["command"] == ["simplectl", "db", "upgrade"]
-    assert one(docs, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    assert controller_deployment(docs)["spec"]["strategy"] == {"type": "Recreate"}
 
 
 @pytest.mark.parametrize("values", CI_VALUES)
@@ -274,7 +284,7 @@ def test_network_policy_default_allows_only_controller_and_dns(helm: str) -> Non
     spec = one(docs, "NetworkPolicy", "simple-sandbox")["spec"]
     assert spec["podSelector"] == {"matchLabels": {"app.kubernetes.io/managed-by": "simple"}}
     assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
-    controller_labels = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    controller_labels = controller_deployment(docs)["spec"]["selector"]["matchLabels"]
     to_controller, to_dns = spec["egress"]
     assert to_controller["to"] == [{"podSelector": {"matchLabels": controller_labels}}]
     assert to_controller["ports"] == [{"protocol": "TCP", "port": 8080}]
@@ -309,7 +319,9 @@ def test_every_pod_of_the_chart_is_selected_by_a_network_policy(helm: str, value
 
 def test_who_may_reach_the_controller_and_the_evaluation_services(helm: str) -> None:
     docs = render(helm, "evaluation-values.yaml")
-    controller_labels = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    # every controller pod, of either role (both reach the database and the store)
+    controller_labels = {k: v for k, v in controller_deployment(docs)["spec"]["selector"][
+        "matchLabels"].items() if k != "simple.dev/role"}
     ingress = one(docs, "NetworkPolicy", "simple-controller")["spec"]
     assert ingress["policyTypes"] == ["Ingress"]
     assert ingress["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8080}]}]
@@ -341,7 +353,7 @@ def test_extra_catalog_is_mounted_and_listed(helm: str) -> None:
     assert env_of(container)["SIMPLE_CATALOG_DIRS"] == "/etc/simple/catalog"
     assert {"name": "catalog", "mountPath": "/etc/simple/catalog", "readOnly": True} in (
         container["volumeMounts"])
-    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    volumes = controller_deployment(docs)["spec"]["template"]["spec"]["volumes"]
     assert {"name": "catalog", "configMap": {"name": config_map["metadata"]["name"]}} in volumes
     assert "SIMPLE_CATALOG_DIRS" not in env_of(controller(render(helm)))
 
@@ -353,7 +365,8 @@ def test_existing_secrets_are_referenced_and_none_is_rendered(helm: str) -> None
         "SIMPLE_API_TOKENS": {"name": "simple-credentials", "key": "tokens"},
         "SIMPLE_DATABASE_URL": {"name": "simple-credentials", "key": "database-url"},
         "SIMPLE_S3_ACCESS_KEY_ID": {"name": "simple-s3", "key": "AWS_ACCESS_KEY_ID"},
-        "SIMPLE_S3_SECRET_ACCESS_KEY": {"name": "simple-s3", "key": "AWS_SECRET_ACCESS_KEY"}}
+        "SIMPLE_S3_SECRET_ACCESS_KEY": {"name": "simple-s3", "key": "AWS_SECRET_ACCESS_KEY"},
+        "SIMPLE_SIGNING_KEY": {"name": "simple-credentials", "key": "signing-key"}}
     assert env_of(controller(docs))["SIMPLE_STORE_URL"] == "s3://simple-results/snapshots"
 
 
@@ -364,14 +377,17 @@ def test_inline_credentials_go_to_the_charts_secret(helm: str) -> None:
     assert data == {
         "api-tokens": "ci-token-production-0000001,ci-token-production-0000002",
         "database-url": "postgresql+psycopg://simple:s3cret@postgres.databases.svc:5432/simple",
-        "s3-access-key-id": "simple", "s3-secret-access-key": "simple-secret-key"}
+        "s3-access-key-id": "simple", "s3-secret-access-key": "simple-secret-key",
+        "signing-key": data["signing-key"]}  # split (PostgreSQL, S3): one key for all pods
+    assert len(data["signing-key"]) == 32
     assert secret_files(docs) == {
         f"SIMPLE_{key.upper().replace('-', '_')}": {"name": secret["metadata"]["name"],
                                                      "key": key} for key in data}
     env = env_of(controller(docs))
     assert env["SIMPLE_S3_ENDPOINT_URL"] == "http://minio.storage.svc.cluster.local:9000"
-    assert one(docs, "PersistentVolumeClaim")["spec"]["storageClassName"] == "standard"
-    checksum = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    # split: the pods share nothing on disk, so no claim (one pod would hold it alone)
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    checksum = controller_deployment(docs)["spec"]["template"]["metadata"]["annotations"]
     assert checksum["checksum/secret"] != checksum["checksum/catalog"]
 
 
@@ -561,3 +577,66 @@ def test_metrics_scrape_annotations_and_service_monitor(helm: str) -> None:
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     [deployment] = [d for d in docs if d["kind"] == "Deployment"]
     assert "prometheus.io/scrape" not in deployment["spec"]["template"]["metadata"]["annotations"]
+
+
+# -- high availability: API replicas apart from reconcilers --------------------------------
+
+
+def test_with_postgresql_and_s3_the_controller_splits_into_api_and_reconcilers(
+    helm: str,
+) -> None:
+    from controller.leader.k8s_lease import LEASE_RBAC
+
+    docs = render(helm, "production-values.yaml")
+    api = controller_deployment(docs, ("api",))
+    reconciler = controller_deployment(docs, ("reconciler",))
+    assert (api["spec"]["replicas"], reconciler["spec"]["replicas"]) == (2, 2)
+    for deployment, role in ((api, "api"), (reconciler, "reconciler")):
+        spec = deployment["spec"]["template"]["spec"]
+        [container] = [c for c in spec["containers"] if c["name"] == "controller"]
+        assert container["command"][-2:] == ["--role", role]
+        assert env_of(container)["SIMPLE_ROLE"] == role
+        # a standby is ready: /readyz does not depend on leading
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+        assert deployment["spec"]["selector"]["matchLabels"]["simple.dev/role"] == role
+        assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+        [term] = spec["affinity"]["podAntiAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"]
+        assert term["podAffinityTerm"]["labelSelector"]["matchLabels"]["simple.dev/role"] == role
+        assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+        assert {v["name"]: v for v in spec["volumes"]}["data"] == {"name": "data",
+                                                                   "emptyDir": {}}
+    env = env_of(controller_deployment(docs, ("reconciler",))["spec"]["template"]["spec"][
+        "containers"][0])
+    assert env["SIMPLE_LEASE_BACKEND"] == "kubernetes"
+    assert env["SIMPLE_HOLDER_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert (env["SIMPLE_LEASE_DURATION_S"], env["SIMPLE_LEASE_RENEW_DEADLINE_S"],
+            env["SIMPLE_LEASE_RETRY_S"]) == ("15", "10", "2")  # client-go's defaults
+    assert one(docs, "Service")["spec"]["selector"]["simple.dev/role"] == "api"
+    budgets = {d["metadata"]["name"]: d["spec"] for d in docs
+               if d["kind"] == "PodDisruptionBudget"}
+    assert {n: (b["maxUnavailable"], b["selector"]["matchLabels"]["simple.dev/role"])
+            for n, b in budgets.items()} == {"simple-api": (1, "api"),
+                                             "simple-reconciler": (1, "reconciler")}
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in one(docs, "Role")["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    assert granted == {key: set(verbs) for key, verbs in {**REQUIRED_RBAC, **LEASE_RBAC}.items()}
+
+
+def test_without_postgresql_the_controller_stays_one_pod_and_forcing_a_split_fails(
+    helm: str,
+) -> None:
+    docs = render(helm)
+    assert controller_deployment(docs, ("all",))["spec"]["replicas"] == 1
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert not any("leases" in r["resources"] for r in one(docs, "Role")["rules"])
+    forced = helm_run(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                      "--set", "controller.highAvailability.enabled=true")
+    assert forced.returncode != 0 and "needs PostgreSQL" in forced.stderr
+    single = [dict(d) for d in _render(helm, "production-values.yaml", CHART, "--set",
+                                       "controller.highAvailability.enabled=false")]
+    assert controller_deployment(single, ("all",))["spec"]["strategy"] == {"type": "Recreate"}
+    assert one(single, "PersistentVolumeClaim")["spec"]["storageClassName"] == "standard"

@@ -151,7 +151,8 @@ random characters, generated once per render so every template sees the same val
 {{- $tokens := and (not .Values.auth.existingSecret) (or .Values.auth.apiTokens .Values.evaluation.enabled) }}
 {{- $db := and (not .Values.database.existingSecret) (include "simple.databaseUrl" .) }}
 {{- $s3 := and (not .Values.s3.existingSecret) (include "simple.s3AccessKeyId" .) }}
-{{- if or $tokens $db $s3 }}true{{ end }}
+{{- $signing := and (include "simple.split" .) (not .Values.controller.highAvailability.signingKey.existingSecret) }}
+{{- if or $tokens $db $s3 $signing }}true{{ end }}
 {{- end }}
 
 {{- define "simple.apiTokensSecretRef" -}}
@@ -184,4 +185,53 @@ file:///var/lib/simple/store
 {{- else if .Values.evaluation.enabled }}
 {{- printf "http://%s.$(SIMPLE_KUBERNETES_NAMESPACE).svc.%s:9000" (include "simple.componentName" (dict "root" . "suffix" "minio" "max" 52)) .Values.clusterDomain }}
 {{- end }}
+{{- end }}
+
+{{/*
+"true" when the controller splits into API and reconciler Deployments: asked for, or
+`auto` with PostgreSQL and an S3 store (what several pods can share). Forcing it without
+both is refused: a split controller on SQLite or a file store would lose data.
+*/}}
+{{- define "simple.split" -}}
+{{- $asked := .Values.controller.highAvailability.enabled }}
+{{- $db := or .Values.database.existingSecret (hasPrefix "postgresql" (include "simple.databaseUrl" .)) }}
+{{- $s3 := hasPrefix "s3://" (include "simple.storeUrl" .) }}
+{{- if eq (toString $asked) "true" }}
+{{- if not (and $db $s3) }}
+{{- fail "controller.highAvailability.enabled=true needs PostgreSQL (database.url or database.existingSecret) and an S3 store (store.url s3://…)" }}
+{{- end }}
+{{- true }}
+{{- else if and (eq (toString $asked) "auto") $db $s3 }}
+{{- true }}
+{{- end }}
+{{- end }}
+
+{{/* What a role adds to the controller's environment. */}}
+{{- define "simple.roleEnv" -}}
+{{- $ha := .root.Values.controller.highAvailability }}
+- name: SIMPLE_ROLE
+  value: {{ .role | quote }}
+{{- if eq .role "reconciler" }}
+# Reconcilers contend for a coordination.k8s.io/v1 Lease named after the release, held
+# under the pod's name; its epoch fences every write (docs/high-availability.md).
+- name: SIMPLE_LEASE_BACKEND
+  value: kubernetes
+- name: SIMPLE_LEASE_NAME
+  value: {{ include "simple.componentName" (dict "root" .root "suffix" "reconciler") | quote }}
+- name: SIMPLE_HOLDER_ID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: SIMPLE_LEASE_DURATION_S
+  value: {{ $ha.lease.durationSeconds | quote }}
+- name: SIMPLE_LEASE_RENEW_DEADLINE_S
+  value: {{ $ha.lease.renewDeadlineSeconds | quote }}
+- name: SIMPLE_LEASE_RETRY_S
+  value: {{ $ha.lease.retrySeconds | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The URL-signing key all controller pods share when split (kept across upgrades). */}}
+{{- define "simple.signingKey" -}}
+{{- include "simple.generatedSecret" (dict "root" . "secret" (include "simple.secretName" .) "key" "signing-key" "given" "") -}}
 {{- end }}

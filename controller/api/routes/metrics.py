@@ -40,5 +40,7 @@ async def get_metrics(controller: ControllerDep, credentials: BearerCredentials 
                 "SIMPLE_API_TOKENS or SIMPLE_METRICS_TOKEN",
             )
     depth = controller.event_writer.depth
-    page = await asyncio.to_thread(metrics.render, controller.engine, depth)
+    reconciler = controller.reconciler
+    passes = list(reconciler.pass_seconds) if reconciler is not None else None
+    page = await asyncio.to_thread(metrics.render, controller.engine, depth, passes)
     return Response(page, media_type=CONTENT_TYPE_LATEST)

@@ -47,6 +47,7 @@ def runs_list(
         page_no=page_no,
         more=more,
         active=[s.value for s in ACTIVE_RUN],
+        leader=controller.leader(),
     )
 
 

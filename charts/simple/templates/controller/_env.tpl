@@ -127,4 +127,12 @@ like the SIMPLE_* setting it holds, which the controller reads from SIMPLE_SECRE
             - key: s3-secret-access-key
               path: SIMPLE_S3_SECRET_ACCESS_KEY
       {{- end }}
+      {{- if include "simple.split" . }}
+      {{- $signing := .Values.controller.highAvailability.signingKey }}
+      - secret:
+          name: {{ $signing.existingSecret | default (include "simple.secretName" .) }}
+          items:
+            - key: {{ if $signing.existingSecret }}{{ $signing.existingSecretKey }}{{ else }}signing-key{{ end }}
+              path: SIMPLE_SIGNING_KEY
+      {{- end }}
 {{- end }}
