@@ -192,3 +192,24 @@ def test_status_report_and_logs_after_a_run(settings: Settings, tiny_catalog: Pa
     assert log.returncode == 0 and "completed" in log.stdout.lower()
     missing = _run(settings, "status", "run-00000000")
     assert missing.returncode == 2 and "run-00000000" in missing.stderr
+
+
+def test_the_report_table_keeps_whole_template_ids_in_an_80_column_log(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Piped into a CI log (no terminal, 80 columns), ids were cut to `board_me…`."""
+    from controller.cli.run import _print_report
+
+    long_id = "detective_prospection"  # the catalog's longest
+    sandbox = {"template_id": long_id, "status": "succeeded", "attempts": 1, "exit_code": 0,
+               "duration_s": 2.5, "cost_usd": 0.2, "items": None, "error": None}
+    failed = {**sandbox, "template_id": "board_meeting", "status": "failed", "exit_code": 1,
+              "error": "Boom: a long error message " * 4}
+    totals = {"succeeded": 1, "sandboxes": 2, "failed": 1, "cost_usd": 0.4, "tokens_used": 0,
+              "llm_calls": 0, "entities_created": 0, "timepoints_created": 0,
+              "mechanisms_covered": [], "mechanism_coverage_pct": 0}
+    _print_report({"run_id": "run-1", "status": "failed", "sandboxes": [sandbox, failed],
+                   "totals": totals})
+    out = capsys.readouterr().out
+    assert long_id in out and "board_meeting" in out and "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "error" in out and "items" not in out  # an empty column is left out

@@ -127,8 +127,11 @@ def templates(
         print(json.dumps(data, indent=2))
         return
     table = Table(title=f"{data['count']} templates")
-    for column in ("id", "category", "cost $", "runtime s", "mechanisms"):
+    widest = max((len(t["id"]) for t in data["templates"]), default=2)
+    table.add_column("id", no_wrap=True, min_width=widest)  # whole ids, even in a CI log
+    for column in ("category", "cost $", "runtime s"):
         table.add_column(column)
+    table.add_column("mechanisms", overflow="fold")
     for t in data["templates"]:
         cost, runtime = t["estimate"]["cost_usd"], t["estimate"]["runtime_s"]
         table.add_row(

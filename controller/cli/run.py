@@ -279,12 +279,12 @@ def _finish(
 def _print_report(report: dict[str, Any]) -> None:
     out = Console()
     table = Table(title=f"run {report['run_id']}: {report['status']}")
-    for column in ("template", "status", "attempts", "exit", "duration s", "cost $", "items",
-                   "error"):
-        table.add_column(column)
+    # Whole template ids and statuses even in an 80-column CI log: the columns that are
+    # empty for every sandbox (items, error) are left out, and an error folds.
+    rows = []
     for s in report["sandboxes"]:
         counts = s.get("items") or {}
-        table.add_row(
+        rows.append((
             s["template_id"],
             s["status"],
             str(s["attempts"]),
@@ -294,7 +294,20 @@ def _print_report(report: dict[str, Any]) -> None:
             f"{counts['passed']}/{counts['total']} passed, {counts['failed']} failed, "
             f"{counts['errored']} errored" if counts.get("total") else "",
             s["error"] or "",
-        )
+        ))
+    columns = [("template", max((len(r[0]) for r in rows), default=8)), ("status", 9),
+               ("tries", 5), ("exit", 4), ("secs", 5), ("cost $", 6), ("items", 0),
+               ("error", 0)]
+    shown = [i for i, (name, _) in enumerate(columns)
+             if name not in ("items", "error") or any(r[i] for r in rows)]
+    for i in shown:
+        name, width = columns[i]
+        if width:
+            table.add_column(name, no_wrap=True, min_width=width)
+        else:
+            table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*(row[i] for i in shown))
     out.print(table)
     t = report["totals"]
     out.print(
