@@ -5,7 +5,8 @@ requests then carry `Host: evil.example` and an Origin to match, so no origin ch
 sees another site. The controller answers only the names it is known by: the loopback
 names, the host of the URL sandboxes use (`SIMPLE_CONTROLLER_URL`), the address it
 listens on, and `SIMPLE_ALLOWED_HOSTS` (`*` answers any name). Any other Host gets 400
-before a route runs, over HTTP and on a WebSocket's handshake alike.
+before a route runs, over HTTP and on a WebSocket's handshake alike — but the health
+probes (`GET /healthz`, `/readyz`), which load balancers send to an address.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from controller.settings import Settings
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 ANY_HOST = "*"
+PROBE_PATHS = ("/healthz", "/readyz")
 
 
 def host_name(header: str) -> str:
@@ -48,13 +50,21 @@ class HostGuard:
         self.app, self.hosts = app, hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket") and ANY_HOST not in self.hosts:
+        if (scope["type"] in ("http", "websocket") and ANY_HOST not in self.hosts
+                and not _probe(scope)):
             header = next((v for k, v in scope["headers"] if k == b"host"), b"")
             name = host_name(header.decode("latin-1"))
             if name not in self.hosts:
                 await _refuse(scope, send, name)
                 return
         await self.app(scope, receive, send)
+
+
+def _probe(scope: Scope) -> bool:
+    """A health probe: load balancers and kubelets address the controller by IP, not by a
+    name; /healthz and /readyz read nothing a rebinding page could use, so any Host goes."""
+    return scope["type"] == "http" and scope.get("method") in ("GET", "HEAD") and scope.get(
+        "path") in PROBE_PATHS
 
 
 async def _refuse(scope: Scope, send: Send, name: str) -> None:

@@ -103,6 +103,12 @@ def test_a_rebound_host_is_refused_on_a_token_less_controller(serve: ServeFactor
     assert own.status_code == 200, own.text
     named = httpx.get(f"{served.url}/v1/runs", headers={"Host": "localhost"}, timeout=15)
     assert named.status_code == 200
+    # a load balancer's or kubelet's probe addresses the controller by IP: answered
+    for probe in ("/healthz", "/readyz"):
+        assert httpx.get(f"{served.url}{probe}", headers={"Host": "10.1.2.3:8080"},
+                         timeout=15).status_code == 200
+    assert httpx.get(f"{served.url}/v1/runs", headers={"Host": "10.1.2.3:8080"},
+                     timeout=15).status_code == 400
     assert refused_status(ws_url(served), additional_headers={"Host": "evil.example"}) == 400
 
 
