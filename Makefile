@@ -66,7 +66,7 @@ bench-scale: $(STAMP) ## 1,000 sandboxes in one run over a DB of 100 such runs (
 	$(BIN)/python -m bench.scale_bench
 
 bench-ha: $(STAMP) ## The API apart from the reconciler vs one process: GET run p99 and pass p99 side by side (PostgreSQL)
-	$(BIN)/python bench/ha_bench.py
+	$(BIN)/python -m bench.ha_bench
 
 bench-schedule: $(STAMP) ## Launch order: ultra's estimates as sleeps, 8 at once, vs the lower bound
 	$(BIN)/python -m bench.schedule_bench

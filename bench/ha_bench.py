@@ -9,7 +9,7 @@ come from its own `/metrics` (`simple_reconcile_pass_quantile_seconds`) once the
 ended. With one process the API, the passes and the exit path share one GIL; split, the
 API replica serves alone.
 
-    python bench/ha_bench.py [--sandboxes 1000] [--runs 20] [--parallel 16]
+    python -m bench.ha_bench [--sandboxes 1000] [--runs 20] [--parallel 16]
 
 PostgreSQL: SIMPLE_TEST_DATABASE_URL's server, else one started here
 (scripts/start-postgres.sh's binaries).
@@ -30,12 +30,10 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.scale_bench import SUITE, p99, seed, write_catalog
+from bench.scale_bench import SUITE, seed, write_scale_catalog
+from bench.support import FINAL, free_port, p99_ms
 from controller.db.engine import create_db_engine, upgrade
-from tests.e2e_helpers import FINAL
-from tests.services import create_database, drop_database, free_port, start_postgres_server
+from tests.services import create_database, drop_database, start_postgres_server
 
 SIMPLECTL = [sys.executable, "-m", "controller.cli"]
 
@@ -121,7 +119,7 @@ def side(split: bool, server_url: str, root: Path, catalog: Path, runs: int,
         drop_database(server_url, url)
     if run["status"] != "succeeded":
         raise RuntimeError(f"{name}: run {run_id} ended {run['status']}")
-    return {"get_median_ms": statistics.median(latencies) * 1000, "get_p99_ms": p99(latencies),
+    return {"get_median_ms": statistics.median(latencies) * 1000, "get_p99_ms": p99_ms(latencies),
             "gets": len(latencies), "pass_median_ms": quantiles.get("0.5", float("nan")),
             "pass_p99_ms": quantiles.get("0.99", float("nan"))}
 
@@ -140,7 +138,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="simple-ha-bench-") as tmp:
             root = Path(tmp)
-            write_catalog(root / "catalog", args.sandboxes)
+            write_scale_catalog(root / "catalog", args.sandboxes)
             figures = {split: side(split, server_url, root, root / "catalog", args.runs,
                                    args.parallel) for split in (False, True)}
     finally:

@@ -44,7 +44,7 @@ def replicas(settings: Settings, pg_server_url: str) -> Iterator[list[TestClient
     shared = settings.model_copy(update={
         "database_url": pg_server_url, "role": "api", "api_tokens": ["t1"],
         "confirm_above_usd": 0.01, "signing_key": "k" * 32})
-    clients = [TestClient(create_app(Controller(shared)),
+    clients = [TestClient(create_app(Controller(shared)), base_url="http://localhost",
                           headers={"Authorization": "Bearer t1"}) for _ in range(2)]
     for client in clients:
         client.__enter__()

@@ -53,7 +53,7 @@ def test_the_reconciler_role_serves_health_and_metrics_only_and_leads(
 ) -> None:
     settings, url = pg_settings
     controller = Controller(role_settings(settings, url, "reconciler"))
-    with TestClient(create_app(controller)) as http:
+    with TestClient(create_app(controller), base_url="http://localhost") as http:
         assert http.get("/healthz").status_code == 200
         assert http.get("/metrics").status_code == 200
         for path in ("/v1/runs", "/v1/templates", "/"):
@@ -76,7 +76,7 @@ def test_an_api_replica_takes_runs_and_never_starts_the_backend(
     started: list[str] = []
     controller.backend.start = lambda: started.append("start")  # type: ignore[method-assign]
     controller.backend.launch = lambda spec: started.append("launch")  # type: ignore[method-assign]
-    with TestClient(create_app(controller)) as http:
+    with TestClient(create_app(controller), base_url="http://localhost") as http:
         assert controller.reconciler is None
         made = http.post("/v1/runs", json={"names": ["quick"]})
         assert made.status_code == 201, made.text

@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy import text
 
 from controller.backends.instant import InstantBackend
-from controller.db.engine import create_db_engine, head_revision, upgrade
+from controller.db.engine import create_db_engine, upgrade
+from controller.db.revisions import head_revision
 from controller.leader.elector import Leadership
 from controller.reconcile.reconciler import Reconciler
 from controller.settings import Settings
