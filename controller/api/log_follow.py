@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
+from controller.api.held import Held
 from controller.backends.base import LOG_CHUNK
 from controller.db.schema import sandboxes
 from controller.errors import QuotaExceededError, SimpleError
@@ -64,20 +65,11 @@ class FollowerSlots:
                 del self._counts[sandbox_id]
 
 
-class Slot:
+class Slot(Held):
     """One follower's place; released once, however the stream ends."""
 
     def __init__(self, slots: FollowerSlots, sandbox_id: str) -> None:
-        self._slots, self._sandbox_id = slots, sandbox_id
-        self._released = False
-        self._lock = threading.Lock()
-
-    def release(self) -> None:
-        with self._lock:
-            if self._released:
-                return
-            self._released = True
-        self._slots._give_back(self._sandbox_id)
+        super().__init__(lambda: slots._give_back(sandbox_id))
 
 
 def follow(controller: Any, sandbox_id: str, slot: Slot) -> AsyncIterator[bytes]:

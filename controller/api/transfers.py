@@ -19,6 +19,7 @@ from typing import Any
 from anyio import to_thread
 from starlette.requests import Request
 
+from controller.api.held import Held
 from controller.errors import BusyError, PayloadTooLargeError
 from controller.store.base import ObjectStore
 
@@ -57,26 +58,11 @@ class TransferSlots:
             self._busy.discard(key)
 
 
-class Transfer:
+class Transfer(Held):
     """One transfer's slot; released once, however the transfer ends."""
 
     def __init__(self, slots: TransferSlots, key: Key) -> None:
-        self._slots, self._key = slots, key
-        self._released = False
-        self._lock = threading.Lock()
-
-    def release(self) -> None:
-        with self._lock:
-            if self._released:
-                return
-            self._released = True
-        self._slots._give_back(self._key)
-
-    def __enter__(self) -> Transfer:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.release()
+        super().__init__(lambda: slots._give_back(key))
 
 
 async def receive(

@@ -176,15 +176,21 @@ class S3Store(ObjectStore):
         except OSError as e:
             raise StoreError(f"cannot read the upload of {key} at {path}: {e}") from e
 
-    def open(self, key: str, max_bytes: int | None = None) -> Iterator[bytes] | None:
+    def _get_object(self, key: str) -> Any:
+        """GetObject's answer, or None for a missing key."""
         try:
-            response = self._client.get_object(Bucket=self.bucket, Key=self.object_key(key))
+            return self._client.get_object(Bucket=self.bucket, Key=self.object_key(key))
         except ClientError as e:
             if _code(e) in _MISSING_KEY_CODES:
                 return None
             raise self._error(f"cannot read {key}", e) from e
         except BotoCoreError as e:
             raise self._error(f"cannot read {key}", e) from e
+
+    def open(self, key: str, max_bytes: int | None = None) -> Iterator[bytes] | None:
+        response = self._get_object(key)
+        if response is None:
+            return None
         body = response["Body"]
         size = int(response.get("ContentLength", 0))
         if max_bytes is not None and size > max_bytes:
@@ -201,14 +207,9 @@ class S3Store(ObjectStore):
             body.close()
 
     def get(self, key: str, max_bytes: int | None = None) -> bytes | None:
-        try:
-            response = self._client.get_object(Bucket=self.bucket, Key=self.object_key(key))
-        except ClientError as e:
-            if _code(e) in _MISSING_KEY_CODES:
-                return None
-            raise self._error(f"cannot read {key}", e) from e
-        except BotoCoreError as e:
-            raise self._error(f"cannot read {key}", e) from e
+        response = self._get_object(key)
+        if response is None:
+            return None
         body = response["Body"]
         try:
             size = int(response.get("ContentLength", 0))
