@@ -221,3 +221,16 @@ def test_an_upward_import_added_by_hand_is_named(source: str, line: str, layer_s
         fake.unlink(missing_ok=True)
     wrong = upward_imports(found)
     assert any(layer_says in w and module in w for w in wrong), wrong
+
+
+MAX_MODULE_LINES = 400  # STYLE.md: a module a reader holds in mind at once
+
+
+def test_no_module_is_over_400_lines() -> None:
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for package in ("controller", "sandbox_image")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"split these (STYLE.md asks for about {MAX_MODULE_LINES} lines): {long}"

@@ -80,21 +80,23 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-class _Public(BaseModel):
+class Public(BaseModel):
+    """An answer of the API: extra fields allowed, so what the server adds shows at once."""
+
     model_config = ConfigDict(extra="allow")
 
 
-class Estimate(_Public):
+class Estimate(Public):
     cost_usd: list[float] = Field(min_length=2, max_length=2, description="[min, max] in USD")
     runtime_s: list[float] = Field(min_length=2, max_length=2, description="[min, max] seconds")
 
 
-class Resources(_Public):
+class Resources(Public):
     cpu: str
     memory: str
 
 
-class TemplatePublic(_Public):
+class TemplatePublic(Public):
     """One catalog entry."""
 
     id: str
@@ -113,23 +115,23 @@ class TemplatePublic(_Public):
     entrypoint: str | None = Field(None, description="module:function run on each item")
 
 
-class TemplateList(_Public):
+class TemplateList(Public):
     templates: list[TemplatePublic]
     count: int
     suites: dict[str, list[str]] = Field(description="Suite name to template ids")
 
 
-class Exclusion(_Public):
+class Exclusion(Public):
     template_id: str
     reason: str
 
 
-class ReadPhrase(_Public):
+class ReadPhrase(Public):
     text: str = Field(description="The words of the request")
     meaning: str = Field(description="What they became")
 
 
-class ChoicePublic(_Public):
+class ChoicePublic(Public):
     key: str = Field(description="A, B, C...")
     label: str
     suites: list[str]
@@ -138,7 +140,7 @@ class ChoicePublic(_Public):
     estimated_cost_usd: list[float] = Field(min_length=2, max_length=2)
 
 
-class Interpretation(_Public):
+class Interpretation(Public):
     """How a free-text request was read: every phrase, and what was not understood."""
 
     text: str
@@ -148,7 +150,7 @@ class Interpretation(_Public):
     choices: list[ChoicePublic] = Field(description="Set when the request was ambiguous")
 
 
-class PlanPublic(_Public):
+class PlanPublic(Public):
     """What would run (in launch order), what not and why, and what it would cost."""
 
     selected: list[str]
@@ -172,7 +174,7 @@ class PlanPublic(_Public):
     )
 
 
-class SandboxPublic(_Public):
+class SandboxPublic(Public):
     """One sandbox of a run, with its progress as its events report it."""
 
     sandbox_id: str
@@ -193,7 +195,7 @@ class SandboxPublic(_Public):
     aggregated: bool
 
 
-class AttemptPublic(_Public):
+class AttemptPublic(Public):
     sandbox_id: str
     attempt: int
     status: str
@@ -226,7 +228,7 @@ class SandboxDetail(SandboxPublic):
     )
 
 
-class _RunFields(_Public):
+class _RunFields(Public):
     run_id: str
     status: RunStatus
     backend: str
@@ -267,11 +269,11 @@ class RunPublic(RunPage, RunSummary):
     """A run with its sandboxes (a page of them: `limit` and `offset`, in launch order)."""
 
 
-class RunList(_Public):
+class RunList(Public):
     runs: list[RunSummary] = Field(description="Newest first")
 
 
-class ItemCounts(_Public):
+class ItemCounts(Public):
     """Items of batch sandboxes: passed, failed (a verdict) and errored (raised)."""
 
     total: int
@@ -280,7 +282,7 @@ class ItemCounts(_Public):
     errored: int
 
 
-class ReportSandbox(_Public):
+class ReportSandbox(Public):
     sandbox_id: str
     template_id: str
     status: SandboxStatus
@@ -295,7 +297,7 @@ class ReportSandbox(_Public):
     steps_recorded: int = Field(0, description="Step rows aggregated from its snapshot")
 
 
-class ReportTotals(_Public):
+class ReportTotals(Public):
     sandboxes: int
     succeeded: int
     failed: int
@@ -311,7 +313,7 @@ class ReportTotals(_Public):
     items: ItemCounts = Field(description="Every batch sandbox's items together")
 
 
-class ReportByTemplate(_Public):
+class ReportByTemplate(Public):
     template_id: str
     runs: int
     cost_usd: float | None
@@ -321,14 +323,14 @@ class ReportByTemplate(_Public):
     timepoints_created: int | None
 
 
-class ReportByMechanism(_Public):
+class ReportByMechanism(Public):
     mechanism: str
     templates_using: int
     total_cost_usd: float | None
     avg_cost_usd: float | None
 
 
-class Report(_Public):
+class Report(Public):
     """The aggregated outcome of a run (JSON; also ?format=junit or markdown)."""
 
     run_id: str
@@ -349,32 +351,9 @@ class Report(_Public):
     by_mechanism: list[ReportByMechanism]
 
 
-class SnapshotStored(_Public):
+class SnapshotStored(Public):
     key: str = Field(description="Where the store keeps it")
     bytes: int
-
-
-class StreamedEvent(_Public):
-    """`data` of a `sandbox-event` message: one event a sandbox posted, as stored."""
-
-    id: int = Field(description="Its place in the run's stream (the message id)")
-    sandbox_id: str
-    event_id: str
-    attempt: int
-    seq: int
-    type: str = Field(
-        description="started, progress, error, completed or failed; `alert` (seq 0) is the "
-        "controller's cost alert for that sandbox"
-    )
-    time: Timestamp
-    data: dict[str, Any]
-
-
-class StreamEnd(_Public):
-    """`data` of the `end` message: the run is over."""
-
-    run_id: str
-    status: RunStatus
 
 
 SandboxIdQuery = Annotated[
@@ -382,7 +361,7 @@ SandboxIdQuery = Annotated[
 ]
 
 
-class ItemResult(_Public):
+class ItemResult(Public):
     """One item of a batch sandbox: passed, failed (with a reason) or errored (raised)."""
 
     sandbox_id: str
@@ -397,6 +376,6 @@ class ItemResult(_Public):
     data: Any = None
 
 
-class ItemPage(_Public):
+class ItemPage(Public):
     items: list[ItemResult]
     next_after: str | None = Field(description="Pass as ?after= for the next page; null: last")

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.responses import RunId, error_responses
+from controller.api.responses import Public, RunId, error_responses
 from controller.reconcile.alerts import confirm_run
 from controller.results.estimates import accuracy
 from controller.results.ledger import read_ledger
@@ -18,11 +18,7 @@ from controller.results.verify import verify_run
 router = APIRouter(tags=["accounting"], responses=error_responses(422))
 
 
-class _Public(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class LedgerEntry(_Public):
+class LedgerEntry(Public):
     seq: int = Field(description="1, 2, … in the order attempts ended")
     sandbox_id: str
     attempt: int
@@ -32,14 +28,14 @@ class LedgerEntry(_Public):
     created_at: str
 
 
-class Ledger(_Public):
+class Ledger(Public):
     run_id: str
     entries: list[LedgerEntry]
     count: int
     ledger_head: str | None = Field(description="The last entry's hash")
 
 
-class Verification(_Public):
+class Verification(Public):
     run_id: str
     ok: bool
     entries: int
@@ -49,12 +45,12 @@ class Verification(_Public):
     summary: str
 
 
-class Confirmed(_Public):
+class Confirmed(Public):
     run_id: str
     confirmed: str = Field(description="What the run was waiting for")
 
 
-class Accuracy(_Public):
+class Accuracy(Public):
     templates: list[dict[str, Any]]
 
 

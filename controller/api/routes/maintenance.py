@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.responses import error_responses
+from controller.api.responses import Public, error_responses
 from controller.results.retention import collect_garbage
 
 router = APIRouter(tags=["maintenance"], responses=error_responses(401, 422))
@@ -19,16 +19,12 @@ router = APIRouter(tags=["maintenance"], responses=error_responses(401, 422))
 GC_RUNS_PER_REQUEST = 1000
 
 
-class _Public(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class Freed(_Public):
+class Freed(Public):
     objects: int
     bytes: int
 
 
-class GcReport(_Public):
+class GcReport(Public):
     dry_run: bool = Field(description="True: nothing was removed, this is what would be")
     retention_days: int = Field(description="SIMPLE_RETENTION_DAYS (0: retention is off)")
     cutoff: str | None = Field(description="Runs that ended before this time are purged")

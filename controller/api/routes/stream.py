@@ -24,15 +24,40 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import StreamingResponse
+from pydantic import Field
 from sqlalchemy import Engine, select
 
 from controller.api.deps import Authorized, ControllerDep
-from controller.api.responses import ID_PATTERN, StreamedEvent, StreamEnd, error_responses
+from controller.api.responses import ID_PATTERN, Public, Timestamp, error_responses
 from controller.catalog.templates import Catalog
 from controller.db.schema import events
 from controller.principal.notices import run_notices
 from controller.runs import get_run
-from controller.states import ACTIVE_RUN
+from controller.states import ACTIVE_RUN, RunStatus
+
+
+class StreamedEvent(Public):
+    """`data` of a `sandbox-event` message: one event a sandbox posted, as stored."""
+
+    id: int = Field(description="Its place in the run's stream (the message id)")
+    sandbox_id: str
+    event_id: str
+    attempt: int
+    seq: int
+    type: str = Field(
+        description="started, progress, error, completed or failed; `alert` (seq 0) is the "
+        "controller's cost alert for that sandbox"
+    )
+    time: Timestamp
+    data: dict[str, Any]
+
+
+class StreamEnd(Public):
+    """`data` of the `end` message: the run is over."""
+
+    run_id: str
+    status: RunStatus
+
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[Authorized])
 
