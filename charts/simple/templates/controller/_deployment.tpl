@@ -75,7 +75,7 @@ spec:
         - name: db-upgrade
           image: {{ include "simple.image" (dict "image" $ctl.image "root" $root) }}
           imagePullPolicy: {{ $ctl.image.pullPolicy }}
-          command: ["simplectl", "db", "upgrade"]
+          command: ["simplectl", "db", "upgrade", "--wait", "120"]
           env:
             {{- include "simple.controllerEnv" $root | nindent 12 }}
           resources:
