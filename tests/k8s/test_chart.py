@@ -251,7 +251,8 @@ def test_controller_env_and_probes(helm: str) -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
-    assert controller(docs, "db-upgrade")["command"] == ["simplectl", "db", "upgrade", "--wait", "120"]
+    assert controller(docs, "db-upgrade")["command"] == [
+        "simplectl", "db", "upgrade", "--wait", "120"]
     assert controller_deployment(docs)["spec"]["strategy"] == {"type": "Recreate"}
 
 
