@@ -11,6 +11,7 @@ import secrets
 import sys
 import textwrap
 import threading
+import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from controller.db.engine import create_db_engine, upgrade
 from controller.settings import Settings
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+SESSION_STARTED = time.time()  # what the session leaves is what was made after this
 
 # Test sandboxes run scripts from, and write to, pytest's tmp_path, which only the user
 # running the suite may enter (0700): so they run as that user, not as the unprivileged
@@ -109,6 +111,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             frame = frames.get(thread.ident or 0)
             where = traceback.extract_stack(frame)[-1] if frame else None
             print(f"  {thread.name} (daemon={thread.daemon}) at {where}", file=sys.stderr)
+    if hasattr(session.config, "workerinput") or os.environ.get("SIMPLE_TEST_NO_LEAK_CHECK"):
+        return  # an xdist worker: the main process checks once everything has ended
+    from tests.leaks import leftovers
+
+    left = leftovers(SESSION_STARTED)
+    if left:
+        print(f"\nleaks: the tests left {len(left)} thing(s) behind:", file=sys.stderr)
+        for thing in left[:30]:
+            print(f"  {thing}", file=sys.stderr)
+        if IN_CI and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    elif not session.config.option.collectonly:
+        print("\nleaks: 0 (no SIMPLE container, sandbox process or simple-work-* directory "
+              "left)", file=sys.stderr)
 
 
 
