@@ -101,8 +101,10 @@ def db_downgrade(
     = False,
     wait: Wait = 0,
 ) -> None:
-    """Undo migrations down to REVISION, with the release that made them (before a rollback
-    past a migration that is not additive: docs/storage.md#rollbacks)."""
+    """Undo migrations down to REVISION, with the release that made them.
+
+    Before a rollback past a migration that is not additive (docs/storage.md#rollbacks).
+    """
     from controller.db.engine import downgrade
     from controller.db.revisions import known_revisions
 
