@@ -23,7 +23,7 @@ from controller.db.schema import schema_compat
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # The first revision whose code reads schema_compat: code before it cannot be told anything.
-COMPAT_FLOOR = "0021_schema_compat"
+COMPAT_FLOOR = "0016_schema_compat"
 
 
 class SchemaState(enum.StrEnum):

@@ -71,9 +71,9 @@ runs = Table(
     Column("confirm_over", Boolean, nullable=False, default=False),  # hold on a cost alert
     Column("hold_reason", Text),  # set while launching waits for a confirmation
     Column("alerts", JSON),  # cost alerts raised, oldest first
-    # 0020: the run this one reruns (its failed sandboxes, or all of them)
+    # 0018: the run this one reruns (its failed sandboxes, or all of them)
     Column("rerun_of", String(63)),
-    # 0020: when retention removed its logs, item files, resume copies, inputs and events
+    # 0018: when retention removed its logs, item files, resume copies, inputs and events
     Column("purged_at", UTCDateTime()),
     # 0019: {key: value} the run was started with (commit, ref, pipeline …)
     Column("labels", JSON),
@@ -136,7 +136,7 @@ attempts = Table(
     # Resume (0013): the checkpoint step this attempt was given, and why none was.
     Column("resumed_from_step", Integer),
     Column("resume_note", Text),
-    # Event quotas shared by API replicas (0018): what this attempt has posted so far.
+    # Event quotas shared by API replicas (0021): what this attempt has posted so far.
     Column("events_posted", BigInteger, nullable=False, server_default="0"),
     Column("event_bytes_posted", BigInteger, nullable=False, server_default="0"),
 )
@@ -268,7 +268,7 @@ sessions = Table(
     Column("revoked_at", UTCDateTime()),
 )
 
-# Periodic chores (0020): when each last started, so a restart does not run one early.
+# Periodic chores (0018): when each last started, so a restart does not run one early.
 maintenance = Table(
     "maintenance",
     metadata,
@@ -278,7 +278,7 @@ maintenance = Table(
     Column("result", JSON),  # what the last completed one did
 )
 
-# The reconcilers' leader lease (0018): `epoch` grows by one at every change of holder, and
+# The reconcilers' leader lease (0021): `epoch` grows by one at every change of holder, and
 # every write a leader makes checks it in its own transaction (controller.leader.fence).
 leases = Table(
     "leases",
@@ -290,7 +290,7 @@ leases = Table(
     Column("acquired_at", UTCDateTime(), nullable=False),
 )
 
-# The principal's conversations (0018), so that any API replica can carry one on.
+# The principal's conversations (0021), so that any API replica can carry one on.
 conversations = Table(
     "conversations",
     metadata,

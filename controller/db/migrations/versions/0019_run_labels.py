@@ -1,14 +1,14 @@
 """run labels: key=value pairs a run carries (its pipeline's commit, ref, URL …)
 
 Revision ID: 0019_run_labels
-Revises: 0020_rerun
+Revises: 0018_rerun_retention
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0019_run_labels"
-down_revision = "0020_rerun"
+down_revision = "0018_rerun_retention"
 # Code from before this migration runs on the schema it leaves: it adds a nullable column.
 additive = True
 branch_labels = None

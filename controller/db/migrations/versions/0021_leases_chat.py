@@ -1,15 +1,15 @@
 """leases_chat: the reconcilers' leader lease, per-attempt event counters shared by API
 replicas, and the principal's conversations
 
-Revision ID: 0018_leases_chat
-Revises: 0016_log_budget
+Revision ID: 0021_leases_chat
+Revises: 0020_log_budget
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0018_leases_chat"
-down_revision = "0016_log_budget"
+revision = "0021_leases_chat"
+down_revision = "0020_log_budget"
 # Code from before this migration runs on the schema it leaves: it adds tables, and columns
 # with a server default.
 additive = True

@@ -1,13 +1,13 @@
 """log budget: how many bytes of a sandbox's archived output the log budget dropped
 
-Revision ID: 0016_log_budget
+Revision ID: 0020_log_budget
 Revises: 0019_run_labels
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0016_log_budget"
+revision = "0020_log_budget"
 down_revision = "0019_run_labels"
 # Code from before this migration runs on the schema it leaves: it adds a nullable column.
 additive = True

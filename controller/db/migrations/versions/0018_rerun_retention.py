@@ -1,14 +1,14 @@
 """rerun and retention: runs.rerun_of and runs.purged_at; the maintenance table
 
-Revision ID: 0020_rerun
-Revises: 0017_sessions_ledger
+Revision ID: 0018_rerun_retention
+Revises: 0017_sessions
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0020_rerun"
-down_revision = "0017_sessions_ledger"
+revision = "0018_rerun_retention"
+down_revision = "0017_sessions"
 # Code from before this migration runs on the schema it leaves: it adds nullable columns,
 # an index and a table.
 additive = True

@@ -1,14 +1,14 @@
-"""sessions_ledger: the dashboard's server-side sessions (random, expiring, revocable)
+"""sessions: the dashboard's server-side sessions (random, expiring, revocable)
 
-Revision ID: 0017_sessions_ledger
-Revises: 0021_schema_compat
+Revision ID: 0017_sessions
+Revises: 0016_schema_compat
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017_sessions_ledger"
-down_revision = "0021_schema_compat"
+revision = "0017_sessions"
+down_revision = "0016_schema_compat"
 # Code from before this migration runs on the schema it leaves: it only adds a table.
 additive = True
 branch_labels = None

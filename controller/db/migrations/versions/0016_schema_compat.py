@@ -1,13 +1,13 @@
 """schema_compat: which controllers can run on this schema (rollbacks past a migration)
 
-Revision ID: 0021_schema_compat
+Revision ID: 0016_schema_compat
 Revises: 0014_stages_ledger
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0021_schema_compat"
+revision = "0016_schema_compat"
 down_revision = "0014_stages_ledger"
 branch_labels = None
 depends_on = None
