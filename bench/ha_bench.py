@@ -18,11 +18,9 @@ PostgreSQL: SIMPLE_TEST_DATABASE_URL's server, else one started here
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,29 +29,15 @@ from typing import Any
 import httpx
 
 from bench.scale_bench import SUITE, seed, write_scale_catalog
-from bench.support import FINAL, free_port, p99_ms
+from bench.support import FINAL, free_port, p99_ms, serve_argv, wait_healthy
 from controller.db.engine import create_db_engine, upgrade
 from tests.services import create_database, drop_database, start_postgres_server
-
-SIMPLECTL = [sys.executable, "-m", "controller.cli"]
 
 
 def serve(role: str, port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        return subprocess.Popen([*SIMPLECTL, "serve", "--role", role, "--port", str(port)],
+        return subprocess.Popen(serve_argv("--role", role, "--port", str(port)),
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
-
-
-def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{url} exited:\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} not ready:\n{log.read_text()[-3000:]}")
 
 
 def pass_quantiles(url: str) -> dict[str, float]:
@@ -96,13 +80,13 @@ def side(split: bool, server_url: str, root: Path, catalog: Path, runs: int,
         api = serve("api" if split else "all", api_port, env, root / f"{name}-api.log")
         processes.append(api)
         api_url = f"http://127.0.0.1:{api_port}"
-        wait_ready(api_url, api, root / f"{name}-api.log")
+        wait_healthy(api_url, api, timeout_s=120, path="/readyz")
         passes_url = api_url
         if split:
             reconciler = serve("reconciler", rec_port, env, root / f"{name}-rec.log")
             processes.append(reconciler)
             passes_url = f"http://127.0.0.1:{rec_port}"
-            wait_ready(passes_url, reconciler, root / f"{name}-rec.log")
+            wait_healthy(passes_url, reconciler, timeout_s=120, path="/readyz")
         made = httpx.post(f"{api_url}/v1/runs", json={"suites": [SUITE], "priority": "speed",
                                                        "max_parallel": parallel}, timeout=60)
         run_id = made.raise_for_status().json()["run_id"]

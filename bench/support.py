@@ -69,14 +69,14 @@ def free_port() -> int:
 
 
 def wait_healthy(url: str, child: subprocess.Popen[Any] | None = None,
-                 timeout_s: float = 60) -> None:
-    """Until `url`/healthz answers 200; fails early if `child` (the server) exits."""
+                 timeout_s: float = 60, path: str = "/healthz") -> None:
+    """Until `url` + `path` answers 200; fails early if `child` (the server) exits."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if child is not None and child.poll() is not None:
             raise RuntimeError(f"the bench server exited with {child.returncode}")
         with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
                 return
         time.sleep(0.1)
     raise RuntimeError(f"the bench server at {url} did not answer within {timeout_s:.0f} s")
