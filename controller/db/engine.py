@@ -122,10 +122,17 @@ MIGRATION_LOCK = 0x53494D50  # "SIMP": replicas starting together migrate one at
 
 def upgrade(engine: Engine) -> None:
     """Apply every pending migration, then record which controllers can run on the schema.
-    On PostgreSQL under an advisory lock, so replicas
-    that start at once (API and reconcilers) do not run the same migration twice."""
+    On PostgreSQL under an advisory lock, so replicas that start at once (API and
+    reconcilers) do not run the same migration twice. A schema newer than this code is left
+    as it is when this code can run on it, else refused in one line (a rollback)."""
     from alembic import command
 
+    found = schema(engine)
+    if found.state is SchemaState.AHEAD_READABLE:  # rolled back past additive migrations
+        logger.info("%s; nothing to migrate", found.describe())
+        return
+    if found.state is SchemaState.AHEAD_UNREADABLE:
+        raise UnavailableError(found.describe(), hint=_newer_hint(found))
     if engine.dialect.name != "postgresql":
         command.upgrade(_alembic_config(engine), "head")
     else:
@@ -170,8 +177,9 @@ def check_ready(engine: Engine) -> None:
         return
     if found.state in (SchemaState.EMPTY, SchemaState.BEHIND):
         raise UnavailableError(found.describe(), hint="run `simplectl db upgrade`")
-    raise UnavailableError(
-        found.describe(),
-        hint=f"roll forward to the release that migrated to {found.current}, or with that "
-        f"release run `simplectl db downgrade {found.head}` (docs/storage.md#rollbacks)",
-    )
+    raise UnavailableError(found.describe(), hint=_newer_hint(found))
+
+
+def _newer_hint(found: Schema) -> str:
+    return (f"roll forward to the release that migrated to {found.current}, or with that "
+            f"release run `simplectl db downgrade {found.head}` (docs/storage.md#rollbacks)")

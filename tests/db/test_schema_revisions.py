@@ -102,3 +102,20 @@ def test_an_unreachable_database_is_one_line_and_exit_2(tmp_path: Path) -> None:
         lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
         assert len(lines) == 1 and "database unreachable" in lines[0], done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_upgrade_leaves_a_newer_readable_schema_and_refuses_an_unreadable_one(
+        engine: Engine) -> None:
+    """What `serve` does at start after a rollback: it migrated with Alembic, which cannot
+    find the newer revision and failed with a traceback."""
+    from controller.db.engine import upgrade
+
+    as_if_a_newer_release_migrated(engine, readable=head_revision())
+    upgrade(engine)  # nothing to do: this code runs on it
+    with engine.connect() as conn:
+        assert schema_of(conn).current == FUTURE
+        assert conn.execute(schema_compat.select()).one().revision == FUTURE
+    as_if_a_newer_release_migrated(engine, readable=FUTURE)
+    with pytest.raises(UnavailableError, match="newer than this code") as caught:
+        upgrade(engine)
+    assert f"simplectl db downgrade {head_revision()}" in str(caught.value)
